@@ -1,0 +1,108 @@
+"""The gRPC runner: one RunFunction call in, desired state out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from crossplane.function import logging, resource, response
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from pydantic import ValidationError
+
+from function import overrides, stack
+from function.compose import Observed, renderer
+from function.errors import InputError, describe
+from function.model import KUBECONFIG, ServingStack
+from function.status import stack_status
+
+
+def _xr_name(raw: dict[str, Any]) -> str:
+    meta = raw.get("metadata") or {}
+    name = meta.get("name", "?") if isinstance(meta, dict) else "?"
+    namespace = meta.get("namespace", "") if isinstance(meta, dict) else ""
+    return f"ServingStack {namespace + '/' if namespace else ''}{name}"
+
+
+def parse_xr(raw: dict[str, Any]) -> ServingStack:
+    try:
+        xr = ServingStack.model_validate(raw)
+    except ValidationError as err:
+        raise InputError(describe(err, _xr_name(raw))) from None
+    if xr.spec.kubeconfig() is None:
+        raise InputError(f"{_xr_name(raw)}: spec.secrets: a secret of type {KUBECONFIG} is required")
+    return xr
+
+
+def select_stack(xr: ServingStack) -> stack.Stack:
+    chosen = stack.load(xr.spec.cloud, xr.spec.accelerator)
+    if chosen is None:
+        pairs = ", ".join(f"{c}/{a}" for c, a in stack.available())
+        raise InputError(
+            f"{_xr_name(xr.model_dump())}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
+            f"{xr.spec.cloud.value}; stacks exist for {pairs}"
+        )
+    return chosen
+
+
+def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """Compose one request. Bad input becomes a Fatal result, never an exception."""
+    rsp = response.to(req)
+    try:
+        raw = resource.struct_to_dict(req.observed.composite.resource)
+        xr = parse_xr(raw)
+        chosen = select_stack(xr)
+        found = overrides.collect(req, rsp, xr)
+        if found is None:
+            return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
+        plan, notes = overrides.plan(chosen, xr, found, Observed(req.observed.resources))
+        desired = renderer(chosen).render(xr, Observed(req.observed.resources), plan)
+    except InputError as err:
+        return _fatal(req, str(err))
+    for key, res in desired.items():
+        rsp.desired.resources[key].CopyFrom(res)
+    resource.update(
+        rsp.desired.composite,
+        {"status": {**_gateway_status(req), "stack": stack_status(chosen, plan, found, set(desired))}},
+    )
+    for note in notes:
+        response.warning(rsp, note)
+    if found.applied:
+        response.normal(rsp, overrides.summary(found, plan))
+    return rsp
+
+
+def _fatal(req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
+    # A fresh response: nothing half-rendered reaches Crossplane, which keeps
+    # the last applied state on Fatal.
+    rsp = response.to(req)
+    response.fatal(rsp, message)
+    return rsp
+
+
+def _gateway_status(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
+    if "gateway" not in req.observed.resources:
+        return {}
+    observed = resource.struct_to_dict(req.observed.resources["gateway"].resource)
+    addresses = (
+        observed.get("status", {}).get("atProvider", {}).get("manifest", {}).get("status", {}).get("addresses") or []
+    )
+    if not addresses or not addresses[0].get("value"):
+        return {}
+    return {"gateway": {"address": addresses[0]["value"]}}
+
+
+class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):  # type: ignore[misc]
+    """Serves RunFunction; every request is independent and never raises."""
+
+    def __init__(self) -> None:
+        self.log = logging.get_logger()
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+    ) -> fnv1.RunFunctionResponse:
+        try:
+            return run(req)
+        except Exception as err:  # a bug must not take the server down with it
+            self.log.exception("Unexpected error composing ServingStack")
+            return _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")

@@ -1,0 +1,116 @@
+"""The ``function`` command: serve gRPC the Crossplane way, or render offline."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import yaml
+from crossplane.function import logging, runtime
+
+from function import stack
+from function.compose import renderer
+from function.fn import FunctionRunner
+from function.model import Accelerator, Cloud
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"function: {message}", err=True)
+    sys.exit(1)
+
+
+def _warm_up() -> None:
+    """Load and convert every stack before the first request arrives."""
+    for cloud, accelerator in stack.available():
+        loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
+        if loaded is not None:
+            renderer(loaded)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs.")
+@click.option("--address", default="0.0.0.0:9443", envvar="ADDRESS", show_default=True,
+              help="Address to serve gRPC on.")
+@click.option("--tls-certs-dir", "--tls-server-certs-dir", envvar="TLS_SERVER_CERTS_DIR",
+              type=click.Path(path_type=Path), help="Directory with tls.crt, tls.key and ca.crt (mTLS).")
+@click.option("--insecure", is_flag=True, envvar="INSECURE", help="Serve without TLS (crossplane render, local work).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, address: str, tls_certs_dir: Path | None, insecure: bool) -> None:
+    """Serve the compose-serving-stack function, or render a ServingStack offline."""
+    if ctx.invoked_subcommand is not None:
+        return
+    logging.configure(logging.Level.DEBUG if debug else logging.Level.INFO)
+    log = logging.get_logger()
+    if insecure and tls_certs_dir is not None:
+        # Binding both would put a TLS and a plaintext listener on one address,
+        # and connections would land on either at random.
+        log.warning("--insecure given: ignoring the TLS certificates directory", dir=str(tls_certs_dir))
+        tls_certs_dir = None
+    if not insecure and tls_certs_dir is None:
+        _fail("either --insecure or --tls-certs-dir (TLS_SERVER_CERTS_DIR) is required")
+    try:
+        creds = runtime.load_credentials(str(tls_certs_dir)) if tls_certs_dir is not None else None
+    except OSError as err:
+        _fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
+    _warm_up()
+    try:
+        runtime.serve(FunctionRunner(), address, creds=creds, insecure=insecure)
+    except Exception as err:  # a server that cannot start says why in one line
+        _fail(f"cannot serve on {address}: {err}")
+
+
+def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+        for file in files:
+            try:
+                docs += [d for d in yaml.safe_load_all(file.read_text()) if isinstance(d, dict)]
+            except (OSError, yaml.YAMLError) as err:
+                _fail(f"cannot read {file}: {err}")
+    return docs
+
+
+@cli.command()
+@click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--observed", "-o", "observed", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="Observed composed resources (file or directory), as crossplane render -o.")
+@click.option("--required-resources", "-e", "required", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="EnvironmentConfigs and other required resources (file or directory).")
+@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The function's Input (as in the Composition's pipeline step).")
+@click.option("--include-function-results", "-r", "include_results", is_flag=True, help="Print results too.")
+@click.option("--include-context", "-c", "include_context", is_flag=True, help="Print the context too.")
+def render(
+    xr_file: Path,
+    observed: tuple[Path, ...],
+    required: tuple[Path, ...],
+    input_file: Path | None,
+    include_results: bool,
+    include_context: bool,
+) -> None:
+    """Render a ServingStack offline and print the result as crossplane render does."""
+    from function.render_loop import RenderError, dump_yaml, render_documents, run_pipeline
+
+    logging.configure(logging.Level.DISABLED)
+    xrs = _read_documents((xr_file,))
+    if len(xrs) != 1:
+        _fail(f"{xr_file}: expected one ServingStack, found {len(xrs)} documents")
+    runner = FunctionRunner()
+    try:
+        result = asyncio.run(
+            run_pipeline(
+                runner.RunFunction,
+                xr=xrs[0],
+                input=_read_documents((input_file,))[0] if input_file else None,
+                observed=_read_documents(observed),
+                required=_read_documents(required),
+            )
+        )
+    except RenderError as err:
+        _fail(str(err))
+    docs = render_documents(result, include_results=include_results, include_context=include_context)
+    click.echo(dump_yaml(docs), nl=False)

@@ -1,0 +1,123 @@
+"""The ServingStack composite resource, as users write it.
+
+``extra="forbid"`` everywhere: a misspelt field is an error that names it,
+never a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+API_GROUP = "infrastructure.modelplane.ai"
+API_VERSION = f"{API_GROUP}/v1alpha1"
+KIND = "ServingStack"
+
+# The only secret type the function itself reads; every other entry is a
+# provider identity passed through to both ProviderConfigs.
+KUBECONFIG = "Kubeconfig"
+
+# provider-helm's and provider-kubernetes' closed enum of identity types: a
+# type outside it would be rejected by the API server after half the stack
+# was already applied, so it is refused up front.
+IDENTITY_TYPES = (
+    "GoogleApplicationCredentials",
+    "AzureServicePrincipalCredentials",
+    "AzureWorkloadIdentityCredentials",
+    "UpboundTokens",
+    "AWSWebIdentityCredentials",
+    "NebiusServiceAccountCredentials",
+)
+
+
+class Cloud(str, Enum):
+    EKS = "EKS"
+    GKE = "GKE"
+    AKS = "AKS"
+    NEBIUS = "Nebius"
+    VULTR = "Vultr"
+    EXISTING = "Existing"
+
+
+class Accelerator(str, Enum):
+    NVIDIA = "NVIDIA"
+    AMD = "AMD"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SecretEntry(_Strict):
+    type: str
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    namespace: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value != KUBECONFIG and value not in IDENTITY_TYPES:
+            choices = ", ".join((KUBECONFIG, *IDENTITY_TYPES))
+            raise ValueError(f"unknown secret type {value!r}; valid types: {choices}")
+        return value
+
+
+class Listener(_Strict):
+    name: str = Field(min_length=1)
+    protocol: str = "HTTP"
+    port: int = Field(ge=1, le=65535)
+    hostname: str | None = None
+
+
+def _default_listeners() -> list[Listener]:
+    return [Listener(name="http", protocol="HTTP", port=80)]
+
+
+class GatewaySpec(_Strict):
+    className: str = Field(default="envoy", min_length=1)  # noqa: N815 - Kubernetes field name
+    listeners: list[Listener] = Field(default_factory=_default_listeners, min_length=1)
+
+
+class ServingStackSpec(_Strict):
+    cloud: Cloud
+    accelerator: Accelerator = Accelerator.NVIDIA
+    secrets: list[SecretEntry] = Field(default_factory=list)
+    gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+
+    # Crossplane v2 keeps its own machinery (compositionRef, resourceRefs …)
+    # under spec.crossplane; it is not ours to judge.
+    crossplane: dict[str, object] | None = None
+
+    @model_validator(mode="after")
+    def _one_identity(self) -> ServingStackSpec:
+        identities = [s.type for s in self.secrets if s.type != KUBECONFIG]
+        if len(identities) > 1:
+            raise ValueError(f"at most one identity secret may be given, got {', '.join(identities)}")
+        return self
+
+    def kubeconfig(self) -> SecretEntry | None:
+        return next((s for s in self.secrets if s.type == KUBECONFIG), None)
+
+    def identity(self) -> SecretEntry | None:
+        return next((s for s in self.secrets if s.type != KUBECONFIG), None)
+
+
+class Metadata(BaseModel):
+    # Metadata is Kubernetes-owned (uid, generation, managedFields …): keep what we use.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str = Field(min_length=1)
+    namespace: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ServingStack(BaseModel):
+    # status is the function's own output and observed state is not validated.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    apiVersion: str  # noqa: N815
+    kind: str
+    metadata: Metadata
+    spec: ServingStackSpec

@@ -1,0 +1,195 @@
+"""The generated stacks, as the runtime sees them.
+
+A generated module (``generated/<stack id>.py``) holds one plain ``STACK``
+literal written by the generator; this module turns it into typed, frozen
+objects once per process and answers which stack serves a cloud/accelerator
+pair.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from function.model import Accelerator, Cloud
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """Where a chart (or manifest) takes one container image, and its default.
+
+    The shapes charts use: one full ``host/path:tag`` string (``ref``), a full
+    ``host/path`` repository, or a registry prefix plus a repository name.
+    """
+
+    name: str
+    ref: str | None = None
+    registry: str | None = None
+    repository: str | None = None
+    tag: str | None = None
+    default: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PdbPaths:
+    """Value paths of a chart's PodDisruptionBudget switch and budget."""
+
+    enabled: str | None = None
+    min_available: str | None = None
+    max_unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class ChartRef:
+    name: str
+    repository: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Component:
+    """One composed resource of a stack: a Helm Release or a raw manifest Object."""
+
+    key: str
+    kind: str  # "Release" or "Object"
+    origin: str  # "aicr:<component>" or "platform", for status and explain
+    depends_on: tuple[str, ...] = ()
+    # Keep this component until every component depending on it is deleted:
+    # set where this component's controller processes the dependents' finalizers.
+    guards_dependents: bool = False
+    # Release only
+    chart: ChartRef | None = None
+    release_name: str = ""
+    namespace: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+    images: tuple[ImageRef, ...] = ()
+    replicas: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    pod_disruption_budget: PdbPaths | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    # Object only
+    manifest: dict[str, Any] = field(default_factory=dict)
+    readiness: dict[str, str] = field(default_factory=dict)
+    # Manifest fields filled from the XR at render time: manifest path -> parameter name.
+    xr_fields: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_release(self) -> bool:
+        return self.kind == "Release"
+
+
+@dataclass(frozen=True)
+class DriverSource:
+    """Who installs the GPU driver on this stack's nodes, and where it lands."""
+
+    source: str  # "node-image" or "gpu-operator"
+    root: str
+    operator: str = ""  # key of the component that reconciles driver resources
+    # Template of a per-pool driver custom resource (NVIDIADriver / DeviceConfig).
+    resource: dict[str, Any] = field(default_factory=dict)
+    version_path: str = ""
+    node_selector_path: str = ""
+    images: tuple[ImageRef, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)  # identity-hashed: cached renderers are keyed by it
+class Stack:
+    id: str
+    cloud: str
+    accelerator: str
+    provenance: dict[str, Any]
+    driver: DriverSource
+    components: tuple[Component, ...]
+
+    def component(self, key: str) -> Component | None:
+        return next((c for c in self.components if c.key == key), None)
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.components)
+
+
+def _image(raw: dict[str, Any]) -> ImageRef:
+    return ImageRef(
+        name=raw["name"],
+        ref=raw.get("ref"),
+        registry=raw.get("registry"),
+        repository=raw.get("repository"),
+        tag=raw.get("tag"),
+        default=dict(raw.get("default", {})),
+    )
+
+
+def _component(raw: dict[str, Any]) -> Component:
+    chart = raw.get("chart")
+    pdb = raw.get("podDisruptionBudget")
+    return Component(
+        key=raw["key"],
+        kind=raw["kind"],
+        origin=raw["origin"],
+        depends_on=tuple(raw.get("dependsOn", ())),
+        guards_dependents=raw.get("guardsDependents", False),
+        chart=ChartRef(**chart) if chart else None,
+        release_name=raw.get("releaseName", ""),
+        namespace=raw.get("namespace", ""),
+        values=raw.get("values", {}),
+        images=tuple(_image(i) for i in raw.get("images", ())),
+        replicas=tuple(raw.get("replicas", ())),
+        resources=tuple(raw.get("resources", ())),
+        pod_disruption_budget=(
+            PdbPaths(
+                enabled=pdb.get("enabled"),
+                min_available=pdb.get("minAvailable"),
+                max_unavailable=pdb.get("maxUnavailable"),
+            )
+            if pdb
+            else None
+        ),
+        image_pull_secrets=tuple(raw.get("imagePullSecrets", ())),
+        manifest=raw.get("manifest", {}),
+        readiness=raw.get("readiness", {}),
+        xr_fields=raw.get("xrFields", {}),
+    )
+
+
+def stack_from_data(raw: dict[str, Any]) -> Stack:
+    driver = raw["driver"]
+    return Stack(
+        id=raw["id"],
+        cloud=raw["cloud"],
+        accelerator=raw["accelerator"],
+        provenance=raw["provenance"],
+        driver=DriverSource(
+            source=driver["source"],
+            root=driver["root"],
+            operator=driver.get("operator", ""),
+            resource=driver.get("resource", {}),
+            version_path=driver.get("versionPath", ""),
+            node_selector_path=driver.get("nodeSelectorPath", ""),
+            images=tuple(_image(i) for i in driver.get("images", ())),
+        ),
+        components=tuple(_component(c) for c in raw["components"]),
+    )
+
+
+def module_name(cloud: str, accelerator: str) -> str:
+    """The generated module serving a cloud/accelerator pair, e.g. ``eks_nvidia``."""
+    return f"{cloud.lower()}_{accelerator.lower()}"
+
+
+@cache
+def available() -> tuple[tuple[str, str], ...]:
+    """Every (cloud, accelerator) pair that has a generated stack."""
+    index = importlib.import_module("generated")
+    pairs: tuple[tuple[str, str], ...] = tuple(index.STACKS)
+    return pairs
+
+
+@cache
+def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
+    """The stack for a pair, parsed once per process; None when none is generated."""
+    if (cloud.value, accelerator.value) not in available():
+        return None
+    module = importlib.import_module(f"generated.{module_name(cloud.value, accelerator.value)}")
+    return stack_from_data(module.STACK)

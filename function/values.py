@@ -1,0 +1,23 @@
+"""Helm values merging."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Helm's rule: maps merge, everything else (lists included) replaces.
+
+    An explicit ``None`` is kept rather than dropped: passed to Helm it deletes
+    the chart's own default for that key, which is what the author asked for.
+    Neither input is modified.
+    """
+    merged = dict(base)
+    for key, value in over.items():
+        current = merged.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged

@@ -1,0 +1,287 @@
+"""Resolve every stack file into one baked-in Python module per stack."""
+
+from __future__ import annotations
+
+import hashlib
+import pprint
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from function.__version__ import __version__
+from function.paths import get_path
+from function.values import deep_merge
+from generator import aicr
+from generator.stackfile import (
+    Catalogue,
+    ChartFacts,
+    Charts,
+    ComponentPatch,
+    ComponentSpec,
+    StackFile,
+    StackFileError,
+    read,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+STACKS_DIR = REPO / "stacks"
+GENERATOR_DIR = REPO / "generator"
+DEFAULT_SHARED = REPO.parent / "shared"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    recipes: Path
+    shared: Path
+    aicr_version: str
+    aicr_commit: str
+
+
+def aicr_provenance(recipes: Path) -> tuple[str, str]:
+    """Release tag and commit of the AICR snapshot, from its VERSION.md."""
+    version_file = recipes.parent / "VERSION.md"
+    if not version_file.is_file():
+        raise StackFileError(f"{version_file}: missing; pass --aicr-version and --aicr-commit for this AICR checkout")
+    text = version_file.read_text()
+    tag = re.search(r"^\| release tag \| `([^`]+)`", text, re.MULTILINE)
+    commit = re.search(r"^\| commit \| `([0-9a-f]{40})`", text, re.MULTILINE)
+    if not tag or not commit:
+        raise StackFileError(f"{version_file}: no release tag / commit rows")
+    return tag.group(1), commit.group(1)
+
+
+def _digest(inputs: Inputs, extra: list[Path]) -> str:
+    """Digest of every input, by path relative to its root, so it is the same on every machine."""
+    files: list[tuple[str, Path]] = [(f"aicr/{p.relative_to(inputs.recipes)}", p) for p in inputs.recipes.rglob("*")]
+    files += [(f"stacks/{p.name}", p) for p in STACKS_DIR.glob("*.yaml")]
+    files += [(f"generator/{p.name}", p) for p in GENERATOR_DIR.glob("*.py")]
+    files += [(f"shared/{p.relative_to(inputs.shared)}", p) for p in extra]
+    h = hashlib.sha256()
+    for name, path in sorted(files):
+        if path.is_file():
+            h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def _topological(components: dict[str, dict[str, Any]]) -> list[str]:
+    """Dependencies first, alphabetical among equals (as AICR orders its deployments)."""
+    pending = {key: set(c.get("dependsOn", ())) for key, c in components.items()}
+    order: list[str] = []
+    while pending:
+        ready = sorted(k for k, deps in pending.items() if not deps)
+        if not ready:
+            raise StackFileError(f"dependency cycle among: {', '.join(sorted(pending))}")
+        key = ready[0]
+        order.append(key)
+        del pending[key]
+        for deps in pending.values():
+            deps.discard(key)
+    return order
+
+
+def _chart_facts(chart: dict[str, str], charts: Charts, key: str) -> dict[str, Any]:
+    facts: ChartFacts | None = charts.charts.get(chart["name"])
+    if facts is None:
+        # Without its image paths a registry mirror would silently miss this chart.
+        raise StackFileError(f"component {key}: chart {chart['name']} has no entry in stacks/charts.yaml")
+    out: dict[str, Any] = {
+        "images": [i.model_dump(exclude_none=True, exclude_defaults=False) for i in facts.images],
+        "replicas": list(facts.replicas),
+        "resources": list(facts.resources),
+        "imagePullSecrets": list(facts.imagePullSecrets),
+    }
+    if facts.podDisruptionBudget is not None:
+        out["podDisruptionBudget"] = facts.podDisruptionBudget.model_dump(exclude_none=True)
+    return out
+
+
+def _strip(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    doc = deep_merge(doc, {})
+    for path in paths:
+        parent, _, leaf = path.rpartition(".")
+        node = get_path(doc, parent) if parent else doc
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return doc
+
+
+def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, origin: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "kind": "Object", "origin": origin, "manifest": manifest}
+    if spec is not None:
+        for field in ("readiness", "xrFields", "dependsOn"):
+            if getattr(spec, field):
+                out[field] = getattr(spec, field)
+        if spec.guardsDependents:
+            out["guardsDependents"] = True
+    return out
+
+
+def _object_key(parent: str, doc: dict[str, Any]) -> str:
+    return f"{parent}-{doc['kind'].lower()}-{doc['metadata']['name']}"
+
+
+def _expand(
+    key: str,
+    spec: ComponentSpec,
+    patch: ComponentPatch,
+    recipe: aicr.Recipe,
+    taken: dict[str, str],
+    charts: Charts,
+    shared: Path,
+) -> list[dict[str, Any]]:
+    """One catalogue entry → its generated components (a Release may bring Objects)."""
+    depends = [*spec.dependsOn, *patch.dependsOn]
+    skip = {*spec.skipManifests, *patch.skipManifests}
+    if spec.manifest is not None:
+        return [_object(key, deep_merge(spec.manifest, patch.manifest), spec, "platform")]
+    if spec.manifestFile is not None:
+        path = shared / spec.manifestFile.file
+        try:
+            docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        except OSError as err:
+            raise StackFileError(f"component {key}: {err}") from None
+        return [
+            _object(spec.manifestFile.keyPrefix + d["metadata"]["name"], _strip(d, spec.manifestFile.strip), spec, "platform")
+            for d in docs
+        ]
+    values = deep_merge(spec.values, patch.values)
+    extra: list[dict[str, Any]] = []
+    if spec.aicr is not None:
+        resolved = recipe.components.get(spec.aicr)
+        if resolved is None or not resolved.enabled:
+            raise StackFileError(f"component {key}: AICR component {spec.aicr} is not in the resolved recipe")
+        chart = {"name": resolved.chart, "repository": resolved.source, "version": resolved.version}
+        namespace = spec.namespace or resolved.namespace
+        values = deep_merge(resolved.values, values)
+        # Dependencies on AICR components this stack does not take are dropped.
+        depends = [taken[d] for d in resolved.dependency_refs if d in taken] + depends
+        origin = f"aicr:{spec.aicr}"
+        for manifest in resolved.manifests:
+            if manifest.path in skip:
+                continue
+            extra += [_object(_object_key(key, d), d, None, origin) for d in manifest.objects]
+    elif spec.chart is not None:
+        chart = spec.chart.model_dump()
+        namespace = spec.namespace or ""
+        origin = "platform"
+    else:
+        raise StackFileError(f"component {key}: needs one of aicr, chart, manifest, manifestFile")
+    release: dict[str, Any] = {
+        "key": key,
+        "kind": "Release",
+        "origin": origin,
+        "chart": chart,
+        # The release names clusters already run: mp-<chart>, short and unlikely to collide.
+        "releaseName": spec.releaseName or f"mp-{chart['name']}",
+        "namespace": namespace,
+        "values": values,
+        **_chart_facts(chart, charts, key),
+    }
+    if depends:
+        release["dependsOn"] = sorted(set(depends))
+    if spec.guardsDependents:
+        release["guardsDependents"] = True
+    return [release, *extra]
+
+
+def build_stack(stack_file: StackFile, catalogue: Catalogue, charts: Charts, data: aicr.RecipeData, inputs: Inputs) -> dict[str, Any]:
+    recipe = aicr.resolve(data, aicr.Query(**stack_file.aicr.model_dump()))
+    keys: list[str] = []
+    for set_name in stack_file.use:
+        if set_name not in catalogue.sets:
+            raise StackFileError(f"{stack_file.id}: use: unknown set {set_name}; sets: {', '.join(sorted(catalogue.sets))}")
+        keys += [k for k in catalogue.sets[set_name] if k not in keys]
+    unknown = sorted(set(keys) - set(catalogue.components)) + sorted(set(stack_file.components) - set(keys))
+    if unknown:
+        raise StackFileError(f"{stack_file.id}: components not in the catalogue or not used: {', '.join(unknown)}")
+    taken = {catalogue.components[k].aicr: k for k in keys if catalogue.components[k].aicr}
+    generated: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        patch = stack_file.components.get(key, ComponentPatch())
+        for component in _expand(key, catalogue.components[key], patch, recipe, taken, charts, inputs.shared):  # type: ignore[arg-type]
+            generated[component["key"]] = component
+    for component in generated.values():
+        missing = [d for d in component.get("dependsOn", ()) if d not in generated]
+        if missing:
+            raise StackFileError(f"{stack_file.id}: {component['key']} depends on {', '.join(missing)}, not in the stack")
+    driver: dict[str, Any] = {"source": stack_file.driver.source, "root": stack_file.driver.root}
+    if stack_file.driver.resource is not None:
+        res = stack_file.driver.resource
+        if res.operator not in generated:
+            raise StackFileError(f"{stack_file.id}: driver.resource.operator {res.operator} is not in the stack")
+        driver.update(
+            operator=res.operator,
+            resource=res.template,
+            versionPath=res.versionPath,
+            nodeSelectorPath=res.nodeSelectorPath,
+            operatorValues=res.operatorValues,
+            images=[i.model_dump(exclude_none=True) for i in res.images],
+        )
+    return {
+        "id": stack_file.id,
+        "cloud": stack_file.cloud,
+        "accelerator": stack_file.accelerator,
+        "provenance": {
+            "generator": __version__,
+            "aicr": {
+                "version": inputs.aicr_version,
+                "commit": inputs.aicr_commit,
+                "query": stack_file.aicr.model_dump(),
+                "appliedOverlays": recipe.applied_overlays,
+            },
+        },
+        "driver": driver,
+        "components": [generated[k] for k in _topological(generated)],
+    }
+
+
+def module_text(stack: dict[str, Any], digest: str) -> str:
+    aicr_info = stack["provenance"]["aicr"]
+    query = ", ".join(f"{k}={v}" for k, v in aicr_info["query"].items() if v != "any")
+    body = pprint.pformat(stack, width=120, sort_dicts=True)
+    return (
+        f'"""Serving stack {stack["id"]}: {stack["cloud"]} / {stack["accelerator"]}.\n\n'
+        "Generated by `python -m generator`; do not edit. Change stacks/ or the AICR data and regenerate.\n"
+        f"AICR {aicr_info['version']} ({aicr_info['commit']}), query: {query}\n"
+        f"Inputs: {digest}\n"
+        '"""\n\n'
+        "from typing import Any\n\n"
+        f"STACK: dict[str, Any] = {body}\n"
+    )
+
+
+def index_text(pairs: list[tuple[str, str]]) -> str:
+    return (
+        '"""Generated stacks: every (cloud, accelerator) pair that has a module here.\n\n'
+        'Generated by `python -m generator`; do not edit."""\n\n'
+        f"STACKS: tuple[tuple[str, str], ...] = {pprint.pformat(tuple(sorted(pairs)), width=120)}\n"
+    )
+
+
+def generate(inputs: Inputs) -> dict[str, str]:
+    """Every generated file's name and text."""
+    catalogue = read(STACKS_DIR / "platform.yaml", Catalogue)
+    charts = read(STACKS_DIR / "charts.yaml", Charts)
+    data = aicr.load(inputs.recipes)
+    shared_files = sorted({inputs.shared / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile})
+    digest = _digest(inputs, shared_files)
+    files: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []
+    for path in sorted(STACKS_DIR.glob("*.yaml")):
+        if path.name in ("platform.yaml", "charts.yaml"):
+            continue
+        stack_file = read(path, StackFile)
+        try:
+            stack = build_stack(stack_file, catalogue, charts, data, inputs)
+        except aicr.AicrError as err:
+            raise StackFileError(f"{path.name}: {err}") from None
+        name = f"{stack_file.cloud.lower()}_{stack_file.accelerator.lower()}"
+        if f"{name}.py" in files:
+            raise StackFileError(f"{path.name}: a second stack for {stack_file.cloud}/{stack_file.accelerator}")
+        files[f"{name}.py"] = module_text(stack, digest)
+        pairs.append((stack_file.cloud, stack_file.accelerator))
+    files["__init__.py"] = index_text(pairs)
+    return files

@@ -1,0 +1,151 @@
+"""The hand-written stack files under ``stacks/``, as typed models.
+
+``platform.yaml`` is the component catalogue (the platform's own components and
+how it takes AICR's); one file per cloud/accelerator picks components from it,
+names the AICR query it resolves and adds its per-cloud differences;
+``charts.yaml`` records where each chart takes images, replicas, resources,
+PodDisruptionBudgets and pull secrets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ChartSpec(_Strict):
+    name: str
+    repository: str
+    version: str
+
+
+class ManifestFile(_Strict):
+    """One Object per document of a file in the shared data directory."""
+
+    file: str  # relative to the shared directory
+    keyPrefix: str  # noqa: N815 - component key = prefix + metadata.name
+    # Server-owned fields: left in, the Object would re-apply on every reconcile.
+    strip: list[str] = Field(default_factory=lambda: ["status", "metadata.creationTimestamp"])
+
+
+class ComponentSpec(_Strict):
+    """A catalogue entry. Exactly one of aicr, chart, manifest, manifestFile."""
+
+    aicr: str | None = None  # take this AICR component (chart, version, values, manifests)
+    chart: ChartSpec | None = None
+    manifest: dict[str, Any] | None = None
+    manifestFile: ManifestFile | None = None  # noqa: N815
+    releaseName: str | None = None  # noqa: N815 - default mp-<chart name>
+    namespace: str | None = None
+    values: dict[str, Any] = Field(default_factory=dict)  # layered on top of AICR's, visibly
+    dependsOn: list[str] = Field(default_factory=list)  # noqa: N815
+    guardsDependents: bool = False  # noqa: N815
+    readiness: dict[str, str] = Field(default_factory=dict)
+    xrFields: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    # AICR manifests of this component to leave out, with the reason in a comment.
+    skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
+
+
+class ComponentPatch(_Strict):
+    """Per-stack differences on a catalogue entry."""
+
+    values: dict[str, Any] = Field(default_factory=dict)
+    manifest: dict[str, Any] = Field(default_factory=dict)  # deep-merged onto a manifest entry
+    dependsOn: list[str] = Field(default_factory=list)  # noqa: N815 - added to the entry's
+    skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
+
+
+class Catalogue(_Strict):
+    components: dict[str, ComponentSpec]
+    sets: dict[str, list[str]]
+
+
+class AicrQuery(_Strict):
+    service: str = "any"
+    accelerator: str = "any"
+    os: str = "any"
+    intent: str = "any"
+    platform: str = "any"
+
+
+class ImageSpec(_Strict):
+    name: str
+    ref: str | None = None
+    registry: str | None = None
+    repository: str | None = None
+    tag: str | None = None
+    default: dict[str, str] = Field(default_factory=dict)
+
+
+class DriverResource(_Strict):
+    """Template of the per-pool GPU driver custom resource the operator reconciles."""
+
+    operator: str  # component key of the operator that finalizes these resources
+    template: dict[str, Any]
+    versionPath: str  # noqa: N815
+    nodeSelectorPath: str  # noqa: N815
+    # Operator values that make it reconcile these resources instead of its own default driver.
+    operatorValues: dict[str, Any] = Field(default_factory=dict)  # noqa: N815
+    images: list[ImageSpec] = Field(default_factory=list)
+
+
+class Driver(_Strict):
+    source: Literal["node-image", "gpu-operator"]
+    root: str
+    resource: DriverResource | None = None
+
+
+class StackFile(_Strict):
+    id: str
+    cloud: str
+    accelerator: Literal["NVIDIA", "AMD"]
+    aicr: AicrQuery
+    driver: Driver
+    use: list[str]  # catalogue sets, in order
+    components: dict[str, ComponentPatch] = Field(default_factory=dict)
+
+
+class PdbSpec(_Strict):
+    enabled: str | None = None
+    minAvailable: str | None = None  # noqa: N815
+    maxUnavailable: str | None = None  # noqa: N815
+
+
+class ChartFacts(_Strict):
+    version: str
+    images: list[ImageSpec] = Field(default_factory=list)
+    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815
+    replicas: list[str] = Field(default_factory=list)
+    resources: list[str] = Field(default_factory=list)
+    podDisruptionBudget: PdbSpec | None = None  # noqa: N815
+
+
+class Charts(_Strict):
+    charts: dict[str, ChartFacts]
+
+
+class StackFileError(Exception):
+    pass
+
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def read(path: Path, model: type[T]) -> T:
+    try:
+        data = yaml.safe_load(path.read_text())
+        return model.model_validate(data)
+    except (OSError, yaml.YAMLError) as err:
+        raise StackFileError(f"{path}: {err}") from None
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
+        )
+        raise StackFileError(f"{path}: {problems}") from None
