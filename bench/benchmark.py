@@ -48,15 +48,10 @@ def _xr(cloud: str, accelerator: str) -> dict[str, Any]:
 
 async def _final_request(xr: dict[str, Any], required: list[dict[str, Any]]) -> fnv1.RunFunctionRequest:
     """The request Crossplane sends once requirements settled: what every reconcile costs."""
-    runner = FunctionRunner()
-    seen: list[fnv1.RunFunctionRequest] = []
-
-    async def capture(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-        seen.append(req)
-        return await runner.RunFunction(req)
-
-    await run_pipeline(capture, xr=xr, input=None, observed=_docs(EXAMPLE / "observed"), required=required)
-    return seen[-1]
+    result = await run_pipeline(
+        FunctionRunner().RunFunction, xr=xr, observed=_docs(EXAMPLE / "observed"), required=required
+    )
+    return result.requests[-1]
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:

@@ -1,0 +1,108 @@
+"""Shared helpers: build ServingStacks and render them the way crossplane render does."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from crossplane.function import logging, resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.fn import FunctionRunner
+from function.render_loop import RenderResult, run_pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "example"
+
+
+def load_docs(path: Path) -> list[dict[str, Any]]:
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+EXAMPLE_XR = load_docs(EXAMPLE / "xr.yaml")[0]
+
+
+def make_xr(cloud: str = "GKE", accelerator: str | None = None, **spec: Any) -> dict[str, Any]:
+    xr = copy.deepcopy(EXAMPLE_XR)
+    xr["spec"]["cloud"] = cloud
+    if accelerator is not None:
+        xr["spec"]["accelerator"] = accelerator
+    xr["spec"].update(spec)
+    return xr
+
+
+def provider_configs(xr: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two ProviderConfigs as Crossplane observes them once created."""
+    name = resource.child_name(xr["metadata"]["name"], "cluster")
+    return [
+        {
+            "apiVersion": api,
+            "kind": "ProviderConfig",
+            "metadata": {
+                "name": name,
+                "namespace": xr["metadata"]["namespace"],
+                "annotations": {"crossplane.io/composition-resource-name": key},
+            },
+        }
+        for api, key in (
+            ("helm.m.crossplane.io/v1beta1", "provider-config-helm"),
+            ("kubernetes.m.crossplane.io/v1alpha1", "provider-config-kubernetes"),
+        )
+    ]
+
+
+def observed_as(key: str, body: dict[str, Any], ready: bool = True, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A composed resource as Crossplane would observe it."""
+    obs = copy.deepcopy(body)
+    obs.setdefault("metadata", {}).setdefault("annotations", {})["crossplane.io/composition-resource-name"] = key
+    obs["status"] = {
+        **(status or {}),
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "Available"}],
+    }
+    return obs
+
+
+def render(
+    xr: dict[str, Any],
+    observed: list[dict[str, Any]] | None = None,
+    required: list[dict[str, Any]] | None = None,
+    input: dict[str, Any] | None = None,
+    context: dict[str, Any] | None = None,
+) -> RenderResult:
+    """Render in process through the same requirements loop crossplane render runs."""
+    return asyncio.run(
+        run_pipeline(
+            FunctionRunner().RunFunction,
+            xr=xr,
+            observed=provider_configs(xr) if observed is None else observed,
+            required=required or [],
+            input=input,
+            context=context,
+        )
+    )
+
+
+def desired(result: RenderResult) -> dict[str, dict[str, Any]]:
+    return {k: resource.struct_to_dict(v.resource) for k, v in result.desired.resources.items()}
+
+
+def run_once(xr: dict[str, Any], observed: list[dict[str, Any]] | None = None) -> fnv1.RunFunctionResponse:
+    """One RunFunction call with every requirement answered as empty."""
+    req = fnv1.RunFunctionRequest(observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(xr))))
+    for obs in provider_configs(xr) if observed is None else observed:
+        key = obs["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+        req.observed.resources[key].resource.update(obs)
+    first = asyncio.run(FunctionRunner().RunFunction(req))
+    for name in first.requirements.resources:
+        req.required_resources[name].CopyFrom(fnv1.Resources())
+    return asyncio.run(FunctionRunner().RunFunction(req))
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> None:
+    logging.configure(logging.Level.DISABLED)
