@@ -114,8 +114,8 @@ def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, orig
         for field in ("readiness", "xrFields", "dependsOn"):
             if getattr(spec, field):
                 out[field] = getattr(spec, field)
-        if spec.guardsDependents:
-            out["guardsDependents"] = True
+        if spec.finalizedByDependencies:
+            out["finalizedByDependencies"] = True
     return out
 
 
@@ -182,13 +182,13 @@ def _expand(
     }
     if depends:
         release["dependsOn"] = sorted(set(depends))
-    if spec.guardsDependents:
-        release["guardsDependents"] = True
+    if spec.finalizedByDependencies:
+        release["finalizedByDependencies"] = True
     return [release, *extra]
 
 
 def build_stack(stack_file: StackFile, catalogue: Catalogue, charts: Charts, data: aicr.RecipeData, inputs: Inputs) -> dict[str, Any]:
-    recipe = aicr.resolve(data, aicr.Query(**stack_file.aicr.model_dump()))
+    recipe = aicr.resolve(data, aicr.Query(**stack_file.aicr.query.model_dump()))
     keys: list[str] = []
     for set_name in stack_file.use:
         if set_name not in catalogue.sets:
@@ -229,7 +229,7 @@ def build_stack(stack_file: StackFile, catalogue: Catalogue, charts: Charts, dat
             "aicr": {
                 "version": inputs.aicr_version,
                 "commit": inputs.aicr_commit,
-                "query": stack_file.aicr.model_dump(),
+                "query": stack_file.aicr.query.model_dump(),
                 "appliedOverlays": recipe.applied_overlays,
             },
         },

@@ -46,7 +46,7 @@ class ComponentSpec(_Strict):
     namespace: str | None = None
     values: dict[str, Any] = Field(default_factory=dict)  # layered on top of AICR's, visibly
     dependsOn: list[str] = Field(default_factory=list)  # noqa: N815
-    guardsDependents: bool = False  # noqa: N815
+    finalizedByDependencies: bool = False  # noqa: N815
     readiness: dict[str, str] = Field(default_factory=dict)
     xrFields: dict[str, str] = Field(default_factory=dict)  # noqa: N815
     # AICR manifests of this component to leave out, with the reason in a comment.
@@ -96,6 +96,10 @@ class DriverResource(_Strict):
     images: list[ImageSpec] = Field(default_factory=list)
 
 
+class AicrSource(_Strict):
+    query: AicrQuery
+
+
 class Driver(_Strict):
     source: Literal["node-image", "gpu-operator"]
     root: str
@@ -106,7 +110,7 @@ class StackFile(_Strict):
     id: str
     cloud: str
     accelerator: Literal["NVIDIA", "AMD"]
-    aicr: AicrQuery
+    aicr: AicrSource
     driver: Driver
     use: list[str]  # catalogue sets, in order
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
