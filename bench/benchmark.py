@@ -134,8 +134,10 @@ def _generator_time() -> float:
 async def main(n: int, grpc_n: int) -> None:
     logging.configure(logging.Level.DISABLED)
     bank = _docs(BANK) if BANK.exists() else []
-    print(f"{'stack':<16}{'overrides':<10}{'resources':>10}{'bytes':>9}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'grpc p50':>10}{'grpc p99':>10}")
+    print(
+        f"{'stack':<16}{'overrides':<10}{'resources':>10}{'bytes':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'grpc p50':>10}{'grpc p99':>10}"
+    )
     with _server() as address:
         for cloud, accelerator in stack.available():
             for label, required in (("none", []), ("bank", bank)):
@@ -144,8 +146,10 @@ async def main(n: int, grpc_n: int) -> None:
                 req = await _final_request(_xr(cloud, accelerator), required)
                 p50, p99, count, size = await _time_in_process(req, n)
                 g50, g99 = await _time_grpc(address, req, grpc_n)
-                print(f"{cloud + '/' + accelerator:<16}{label:<10}{count:>10}{size:>9}{p50:>9.3f}{p99:>9.3f}"
-                      f"{g50:>10.3f}{g99:>10.3f}")
+                print(
+                    f"{cloud + '/' + accelerator:<16}{label:<10}{count:>10}{size:>9}{p50:>9.3f}{p99:>9.3f}"
+                    f"{g50:>10.3f}{g99:>10.3f}"
+                )
     seconds, rss = _import_cost()
     print(f"import + load all stacks: {seconds:.3f} s, max RSS {rss:.0f} MB (median of 5 processes)")
     print(f"generator, all stacks: {_generator_time():.2f} s")

@@ -116,7 +116,9 @@ def component_body(component: Component) -> dict[str, Any]:
     return release_body(component) if component.is_release else object_body(component)
 
 
-def _usage(of_api: str, of_kind: str, of_key: str, by_api: str, by_kind: str, by_key: str) -> dict[str, Any]:
+def _usage(used: Component, user: Component) -> dict[str, Any]:
+    of_api, of_kind = _api_kind(used)
+    by_api, by_kind = _api_kind(user)
     return {
         "apiVersion": USAGE_API,
         "kind": "Usage",
@@ -127,12 +129,12 @@ def _usage(of_api: str, of_kind: str, of_key: str, by_api: str, by_kind: str, by
             "of": {
                 "apiVersion": of_api,
                 "kind": of_kind,
-                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: of_key}},
+                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: used.key}},
             },
             "by": {
                 "apiVersion": by_api,
                 "kind": by_kind,
-                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: by_key}},
+                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: user.key}},
             },
         },
     }
@@ -177,14 +179,6 @@ class StackRenderer:
         self._helm_pc_usage = _to_struct(_provider_config_usage(HELM_API, "Release"))
         self._kubernetes_pc_usage = _to_struct(_provider_config_usage(KUBERNETES_API, "Object"))
         self._usages: dict[str, struct_pb2.Struct] = {}
-        by_key = {c.key: c for c in stack.components}
-        for user in stack.components:
-            for dep in user.depends_on:
-                used = by_key[dep]
-                if used.guards_dependents:
-                    self._usages[usage_key(dep, user.key)] = _to_struct(
-                        _usage(*_api_kind(used), used.key, *_api_kind(user), user.key)
-                    )
 
     def _body(self, planned: Planned, xr_params: Mapping[str, Any]) -> struct_pb2.Struct:
         component = planned.component
@@ -254,10 +248,18 @@ class StackRenderer:
             usage.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
             out["usage-k8s-pc"] = usage
         for user in rendered.values():
+            if not user.finalized_by_dependencies:
+                continue
             for dep in user.depends_on:
-                key = usage_key(dep, user.key)
-                if dep in rendered and key in self._usages:
-                    out[key] = _ready(_copy(self._usages[key]))
+                used = rendered.get(dep)
+                if used is not None:
+                    out[usage_key(dep, user.key)] = _ready(_copy(self._usage(used, user)))
+
+    def _usage(self, used: Component, user: Component) -> struct_pb2.Struct:
+        key = usage_key(used.key, user.key)
+        if key not in self._usages:
+            self._usages[key] = _to_struct(_usage(used, user))
+        return self._usages[key]
 
 
 def _copy(struct: struct_pb2.Struct) -> struct_pb2.Struct:

@@ -92,7 +92,7 @@ def _gateway_status(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
     return {"gateway": {"address": addresses[0]["value"]}}
 
 
-class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):  # type: ignore[misc]
+class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """Serves RunFunction; every request is independent and never raises."""
 
     def __init__(self) -> None:

@@ -32,10 +32,16 @@ def _warm_up() -> None:
 
 @click.group(invoke_without_command=True)
 @click.option("--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs.")
-@click.option("--address", default="0.0.0.0:9443", envvar="ADDRESS", show_default=True,
-              help="Address to serve gRPC on.")
-@click.option("--tls-certs-dir", "--tls-server-certs-dir", envvar="TLS_SERVER_CERTS_DIR",
-              type=click.Path(path_type=Path), help="Directory with tls.crt, tls.key and ca.crt (mTLS).")
+@click.option(
+    "--address", default="0.0.0.0:9443", envvar="ADDRESS", show_default=True, help="Address to serve gRPC on."
+)
+@click.option(
+    "--tls-certs-dir",
+    "--tls-server-certs-dir",
+    envvar="TLS_SERVER_CERTS_DIR",
+    type=click.Path(path_type=Path),
+    help="Directory with tls.crt, tls.key and ca.crt (mTLS).",
+)
 @click.option("--insecure", is_flag=True, envvar="INSECURE", help="Serve without TLS (crossplane render, local work).")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, address: str, tls_certs_dir: Path | None, insecure: bool) -> None:
@@ -76,12 +82,28 @@ def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
 
 @cli.command()
 @click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--observed", "-o", "observed", multiple=True, type=click.Path(exists=True, path_type=Path),
-              help="Observed composed resources (file or directory), as crossplane render -o.")
-@click.option("--required-resources", "-e", "required", multiple=True, type=click.Path(exists=True, path_type=Path),
-              help="EnvironmentConfigs and other required resources (file or directory).")
-@click.option("--input", "input_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="The function's Input (as in the Composition's pipeline step).")
+@click.option(
+    "--observed",
+    "-o",
+    "observed",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Observed composed resources (file or directory), as crossplane render -o.",
+)
+@click.option(
+    "--required-resources",
+    "-e",
+    "required",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="EnvironmentConfigs and other required resources (file or directory).",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's Input (as in the Composition's pipeline step).",
+)
 @click.option("--include-function-results", "-r", "include_results", is_flag=True, help="Print results too.")
 @click.option("--include-context", "-c", "include_context", is_flag=True, help="Print the context too.")
 def render(

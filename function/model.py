@@ -6,7 +6,7 @@ never a silently ignored setting.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,7 +31,7 @@ IDENTITY_TYPES = (
 )
 
 
-class Cloud(str, Enum):
+class Cloud(StrEnum):
     EKS = "EKS"
     GKE = "GKE"
     AKS = "AKS"
@@ -40,7 +40,7 @@ class Cloud(str, Enum):
     EXISTING = "Existing"
 
 
-class Accelerator(str, Enum):
+class Accelerator(StrEnum):
     NVIDIA = "NVIDIA"
     AMD = "AMD"
 

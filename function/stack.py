@@ -29,7 +29,7 @@ class ImageRef:
     registry: str | None = None
     repository: str | None = None
     tag: str | None = None
-    default: dict[str, str] = field(default_factory=dict)
+    default: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class Component:
     kind: str  # "Release" or "Object"
     origin: str  # "aicr:<component>" or "platform", for status and explain
     depends_on: tuple[str, ...] = ()
-    # Keep this component until every component depending on it is deleted:
-    # set where this component's controller processes the dependents' finalizers.
-    guards_dependents: bool = False
+    # Its finalizers are processed by controllers it depends on: every
+    # dependency must outlive it (a Usage orders the deletion).
+    finalized_by_dependencies: bool = False
     # Release only
     chart: ChartRef | None = None
     release_name: str = ""
@@ -67,8 +67,10 @@ class Component:
     images: tuple[ImageRef, ...] = ()
     replicas: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
-    pod_disruption_budget: PdbPaths | None = None
-    image_pull_secrets: tuple[str, ...] = ()
+    pod_disruption_budgets: tuple[PdbPaths, ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()  # paths taking a list of {name: …}
+    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
+    image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
     # Object only
     manifest: dict[str, Any] = field(default_factory=dict)
     readiness: dict[str, str] = field(default_factory=dict)
@@ -91,6 +93,8 @@ class DriverSource:
     resource: dict[str, Any] = field(default_factory=dict)
     version_path: str = ""
     node_selector_path: str = ""
+    # Operator values that make it reconcile per-pool resources instead of its own driver.
+    operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
 
 
@@ -123,13 +127,12 @@ def _image(raw: dict[str, Any]) -> ImageRef:
 
 def _component(raw: dict[str, Any]) -> Component:
     chart = raw.get("chart")
-    pdb = raw.get("podDisruptionBudget")
     return Component(
         key=raw["key"],
         kind=raw["kind"],
         origin=raw["origin"],
         depends_on=tuple(raw.get("dependsOn", ())),
-        guards_dependents=raw.get("guardsDependents", False),
+        finalized_by_dependencies=raw.get("finalizedByDependencies", False),
         chart=ChartRef(**chart) if chart else None,
         release_name=raw.get("releaseName", ""),
         namespace=raw.get("namespace", ""),
@@ -137,16 +140,17 @@ def _component(raw: dict[str, Any]) -> Component:
         images=tuple(_image(i) for i in raw.get("images", ())),
         replicas=tuple(raw.get("replicas", ())),
         resources=tuple(raw.get("resources", ())),
-        pod_disruption_budget=(
+        pod_disruption_budgets=tuple(
             PdbPaths(
                 enabled=pdb.get("enabled"),
                 min_available=pdb.get("minAvailable"),
                 max_unavailable=pdb.get("maxUnavailable"),
             )
-            if pdb
-            else None
+            for pdb in raw.get("podDisruptionBudgets", ())
         ),
         image_pull_secrets=tuple(raw.get("imagePullSecrets", ())),
+        image_pull_secret_names=tuple(raw.get("imagePullSecretNames", ())),
+        image_pull_secret_name=tuple(raw.get("imagePullSecretName", ())),
         manifest=raw.get("manifest", {}),
         readiness=raw.get("readiness", {}),
         xr_fields=raw.get("xrFields", {}),
@@ -167,6 +171,7 @@ def stack_from_data(raw: dict[str, Any]) -> Stack:
             resource=driver.get("resource", {}),
             version_path=driver.get("versionPath", ""),
             node_selector_path=driver.get("nodeSelectorPath", ""),
+            operator_values=driver.get("operatorValues", {}),
             images=tuple(_image(i) for i in driver.get("images", ())),
         ),
         components=tuple(_component(c) for c in raw["components"]),

@@ -14,15 +14,26 @@ from generator.stackfile import StackFileError
 
 
 @click.command()
-@click.option("--shared", type=click.Path(path_type=Path), default=DEFAULT_SHARED, show_default=True,
-              help="Shared data directory (gaie CRDs and other inputs).")
-@click.option("--recipes", type=click.Path(path_type=Path), default=None,
-              help="AICR recipes directory. Default: <shared>/aicr/recipes; point it at recipes/ of your own AICR checkout.")
+@click.option(
+    "--shared",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_SHARED,
+    show_default=True,
+    help="Shared data directory (gaie CRDs and other inputs).",
+)
+@click.option(
+    "--recipes",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="AICR recipes directory. Default: <shared>/aicr/recipes; point it at recipes/ of your own AICR checkout.",
+)
 @click.option("--aicr-version", default=None, help="AICR release tag, when the recipes have no VERSION.md beside them.")
 @click.option("--aicr-commit", default=None, help="AICR commit, likewise.")
 @click.option("--out", type=click.Path(path_type=Path), default=REPO / "generated", show_default=True)
 @click.option("--check", is_flag=True, help="Exit 1 when the committed output differs from what would be generated.")
-def main(shared: Path, recipes: Path | None, aicr_version: str | None, aicr_commit: str | None, out: Path, check: bool) -> None:
+def main(
+    shared: Path, recipes: Path | None, aicr_version: str | None, aicr_commit: str | None, out: Path, check: bool
+) -> None:
     recipes = recipes or shared / "aicr" / "recipes"
     try:
         if aicr_version is None or aicr_commit is None:
@@ -38,8 +49,11 @@ def main(shared: Path, recipes: Path | None, aicr_version: str | None, aicr_comm
         extra = sorted(existing - set(files))
         for name in stale:
             old = (out / name).read_text().splitlines() if (out / name).is_file() else []
-            changed = sum(1 for line in difflib.unified_diff(old, files[name].splitlines(), lineterm="", n=0)
-                          if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+            changed = sum(
+                1
+                for line in difflib.unified_diff(old, files[name].splitlines(), lineterm="", n=0)
+                if line[:1] in "+-" and line[:3] not in ("+++", "---")
+            )
             click.echo(f"stale: generated/{name} ({changed} lines differ)")
         for name in extra:
             click.echo(f"stale: generated/{name} (no stack file produces it)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import pprint
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,15 +86,23 @@ def _chart_facts(chart: dict[str, str], charts: Charts, key: str) -> dict[str, A
     if facts is None:
         # Without its image paths a registry mirror would silently miss this chart.
         raise StackFileError(f"component {key}: chart {chart['name']} has no entry in stacks/charts.yaml")
-    out: dict[str, Any] = {
-        "images": [i.model_dump(exclude_none=True, exclude_defaults=False) for i in facts.images],
+    if (facts.version, facts.chartRepository) != (chart["version"], chart["repository"]):
+        # Value paths move between chart versions: facts read at another
+        # version could leave images pointing upstream behind a mirror.
+        raise StackFileError(
+            f"component {key}: chart {chart['name']} {chart['version']} from {chart['repository']}, but "
+            f"stacks/charts.yaml describes {facts.version} from {facts.chartRepository}: re-check its value paths"
+        )
+    pdbs = [facts.podDisruptionBudget] if facts.podDisruptionBudget else []
+    return {
+        "images": [i.model_dump(exclude_none=True) for i in facts.images],
         "replicas": list(facts.replicas),
         "resources": list(facts.resources),
         "imagePullSecrets": list(facts.imagePullSecrets),
+        "imagePullSecretNames": list(facts.imagePullSecretNames),
+        "imagePullSecretName": list(facts.imagePullSecretName),
+        "podDisruptionBudgets": [p.model_dump(exclude_none=True) for p in [*pdbs, *facts.extraPodDisruptionBudgets]],
     }
-    if facts.podDisruptionBudget is not None:
-        out["podDisruptionBudget"] = facts.podDisruptionBudget.model_dump(exclude_none=True)
-    return out
 
 
 def _strip(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
@@ -124,6 +131,7 @@ def _object_key(parent: str, doc: dict[str, Any]) -> str:
 
 
 def _expand(
+    *,
     key: str,
     spec: ComponentSpec,
     patch: ComponentPatch,
@@ -144,7 +152,12 @@ def _expand(
         except OSError as err:
             raise StackFileError(f"component {key}: {err}") from None
         return [
-            _object(spec.manifestFile.keyPrefix + d["metadata"]["name"], _strip(d, spec.manifestFile.strip), spec, "platform")
+            _object(
+                spec.manifestFile.keyPrefix + d["metadata"]["name"],
+                _strip(d, spec.manifestFile.strip),
+                spec,
+                "platform",
+            )
             for d in docs
         ]
     values = deep_merge(spec.values, patch.values)
@@ -187,26 +200,40 @@ def _expand(
     return [release, *extra]
 
 
-def build_stack(stack_file: StackFile, catalogue: Catalogue, charts: Charts, data: aicr.RecipeData, inputs: Inputs) -> dict[str, Any]:
+def build_stack(
+    stack_file: StackFile, catalogue: Catalogue, charts: Charts, data: aicr.RecipeData, inputs: Inputs
+) -> dict[str, Any]:
     recipe = aicr.resolve(data, aicr.Query(**stack_file.aicr.query.model_dump()))
     keys: list[str] = []
     for set_name in stack_file.use:
         if set_name not in catalogue.sets:
-            raise StackFileError(f"{stack_file.id}: use: unknown set {set_name}; sets: {', '.join(sorted(catalogue.sets))}")
+            raise StackFileError(
+                f"{stack_file.id}: use: unknown set {set_name}; sets: {', '.join(sorted(catalogue.sets))}"
+            )
         keys += [k for k in catalogue.sets[set_name] if k not in keys]
     unknown = sorted(set(keys) - set(catalogue.components)) + sorted(set(stack_file.components) - set(keys))
     if unknown:
         raise StackFileError(f"{stack_file.id}: components not in the catalogue or not used: {', '.join(unknown)}")
-    taken = {catalogue.components[k].aicr: k for k in keys if catalogue.components[k].aicr}
+    taken = {aicr_name: k for k in keys if (aicr_name := catalogue.components[k].aicr)}
     generated: dict[str, dict[str, Any]] = {}
     for key in keys:
         patch = stack_file.components.get(key, ComponentPatch())
-        for component in _expand(key, catalogue.components[key], patch, recipe, taken, charts, inputs.shared):  # type: ignore[arg-type]
+        for component in _expand(
+            key=key,
+            spec=catalogue.components[key],
+            patch=patch,
+            recipe=recipe,
+            taken=taken,
+            charts=charts,
+            shared=inputs.shared,
+        ):
             generated[component["key"]] = component
     for component in generated.values():
         missing = [d for d in component.get("dependsOn", ()) if d not in generated]
         if missing:
-            raise StackFileError(f"{stack_file.id}: {component['key']} depends on {', '.join(missing)}, not in the stack")
+            raise StackFileError(
+                f"{stack_file.id}: {component['key']} depends on {', '.join(missing)}, not in the stack"
+            )
     driver: dict[str, Any] = {"source": stack_file.driver.source, "root": stack_file.driver.root}
     if stack_file.driver.resource is not None:
         res = stack_file.driver.resource
@@ -238,10 +265,22 @@ def build_stack(stack_file: StackFile, catalogue: Catalogue, charts: Charts, dat
     }
 
 
+def python_literal(value: Any, indent: int = 0) -> str:
+    """A Python literal, one item per line and 4-space indents: diffs stay line-by-line readable."""
+    pad, inner = " " * indent, " " * (indent + 4)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{k!r}: {python_literal(v, indent + 4)}," for k, v in sorted(value.items())]
+        return "{\n" + "\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value:
+        items = [f"{inner}{python_literal(v, indent + 4)}," for v in value]
+        return "[\n" + "\n".join(items) + f"\n{pad}]"
+    return repr(value)
+
+
 def module_text(stack: dict[str, Any], digest: str) -> str:
     aicr_info = stack["provenance"]["aicr"]
     query = ", ".join(f"{k}={v}" for k, v in aicr_info["query"].items() if v != "any")
-    body = pprint.pformat(stack, width=120, sort_dicts=True)
+    body = python_literal(stack)
     return (
         f'"""Serving stack {stack["id"]}: {stack["cloud"]} / {stack["accelerator"]}.\n\n'
         "Generated by `python -m generator`; do not edit. Change stacks/ or the AICR data and regenerate.\n"
@@ -257,7 +296,7 @@ def index_text(pairs: list[tuple[str, str]]) -> str:
     return (
         '"""Generated stacks: every (cloud, accelerator) pair that has a module here.\n\n'
         'Generated by `python -m generator`; do not edit."""\n\n'
-        f"STACKS: tuple[tuple[str, str], ...] = {pprint.pformat(tuple(sorted(pairs)), width=120)}\n"
+        f"STACKS: tuple[tuple[str, str], ...] = {tuple(sorted(pairs))!r}\n"
     )
 
 
@@ -266,7 +305,9 @@ def generate(inputs: Inputs) -> dict[str, str]:
     catalogue = read(STACKS_DIR / "platform.yaml", Catalogue)
     charts = read(STACKS_DIR / "charts.yaml", Charts)
     data = aicr.load(inputs.recipes)
-    shared_files = sorted({inputs.shared / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile})
+    shared_files = sorted(
+        {inputs.shared / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile}
+    )
     digest = _digest(inputs, shared_files)
     files: dict[str, str] = {}
     pairs: list[tuple[str, str]] = []

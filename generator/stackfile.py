@@ -81,7 +81,7 @@ class ImageSpec(_Strict):
     registry: str | None = None
     repository: str | None = None
     tag: str | None = None
-    default: dict[str, str] = Field(default_factory=dict)
+    default: dict[str, str | None] = Field(default_factory=dict)  # None: key exists, default not verified
 
 
 class DriverResource(_Strict):
@@ -123,12 +123,21 @@ class PdbSpec(_Strict):
 
 
 class ChartFacts(_Strict):
-    version: str
+    version: str  # the chart version these facts were read at
+    chartRepository: str  # noqa: N815
     images: list[ImageSpec] = Field(default_factory=list)
-    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815
+    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
+    imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - lists of plain names
+    imagePullSecretName: list[str] = Field(default_factory=list)  # noqa: N815 - one name string
     replicas: list[str] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     podDisruptionBudget: PdbSpec | None = None  # noqa: N815
+    extraPodDisruptionBudgets: list[PdbSpec] = Field(default_factory=list)  # noqa: N815
+    # Reference facts the runtime does not act on (kept for the humans reviewing).
+    globalImageRegistry: str | None = None  # noqa: N815
+    driver: dict[str, Any] | None = None
+    driverRoot: str | None = None  # noqa: N815
+    customResources: dict[str, Any] | None = None  # noqa: N815
 
 
 class Charts(_Strict):
@@ -149,7 +158,5 @@ def read(path: Path, model: type[T]) -> T:
     except (OSError, yaml.YAMLError) as err:
         raise StackFileError(f"{path}: {err}") from None
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
         raise StackFileError(f"{path}: {problems}") from None

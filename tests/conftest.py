@@ -56,7 +56,9 @@ def provider_configs(xr: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def observed_as(key: str, body: dict[str, Any], ready: bool = True, status: dict[str, Any] | None = None) -> dict[str, Any]:
+def observed_as(
+    key: str, body: dict[str, Any], ready: bool = True, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A composed resource as Crossplane would observe it."""
     obs = copy.deepcopy(body)
     obs.setdefault("metadata", {}).setdefault("annotations", {})["crossplane.io/composition-resource-name"] = key

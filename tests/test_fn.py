@@ -134,7 +134,9 @@ def test_provider_configs_take_kubeconfig_and_identity() -> None:
 
 
 def test_gateway_takes_class_and_listeners_from_the_xr() -> None:
-    xr = make_xr("GKE", gateway={"className": "inference", "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443}]})
+    xr = make_xr(
+        "GKE", gateway={"className": "inference", "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443}]}
+    )
     got = desired(render(xr))
     gateway = got["gateway"]["spec"]
     assert gateway["forProvider"]["manifest"]["spec"]["gatewayClassName"] == "inference"
@@ -149,7 +151,9 @@ def test_default_listener_is_http_on_80() -> None:
     xr = make_xr("GKE")
     del xr["spec"]["gateway"]
     listeners = desired(render(xr))["gateway"]["spec"]["forProvider"]["manifest"]["spec"]["listeners"]
-    assert listeners == [{"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "All"}}}]
+    assert listeners == [
+        {"name": "http", "protocol": "HTTP", "port": 80, "allowedRoutes": {"namespaces": {"from": "All"}}}
+    ]
 
 
 def test_usages_keep_controllers_alive_until_what_they_finalize_is_gone() -> None:
