@@ -53,7 +53,7 @@ def test_stack_renders_platform_components_with_stable_keys(cloud: str, accelera
         assert {"gpu-operator", "dra-driver", "dra-driver-critical-pods-quota"} <= set(got)
     else:
         assert "dra-driver" not in got
-        assert {"amd-gpu-operator", "amd-device-config"} <= set(got)
+        assert {"amd-gpu-operator"} <= set(got)
 
 
 @pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
