@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import stack
 from function.fn import FunctionRunner
 from function.render_loop import grpc_runner, run_pipeline
+from tests.serve import serving
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"
@@ -70,34 +68,6 @@ async def _time_in_process(req: fnv1.RunFunctionRequest, n: int) -> tuple[float,
     return (*_percentiles(samples), len(rsp.desired.resources), rsp.ByteSize())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def _server() -> Iterator[str]:
-    address = f"127.0.0.1:{_free_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "function.main", "--insecure", "--address", address],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(address.split(":"), timeout=0.2):  # type: ignore[arg-type]
-                break
-            time.sleep(0.05)
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 async def _time_grpc(address: str, req: fnv1.RunFunctionRequest, n: int) -> tuple[float, float]:
     run = grpc_runner(address)
     await run(req)
@@ -138,7 +108,7 @@ async def main(n: int, grpc_n: int) -> None:
         f"{'stack':<16}{'overrides':<10}{'resources':>10}{'bytes':>9}{'p50 ms':>9}{'p99 ms':>9}"
         f"{'grpc p50':>10}{'grpc p99':>10}"
     )
-    with _server() as address:
+    with serving(["function.main", "--insecure"]) as (address, _):
         for cloud, accelerator in stack.available():
             for label, required in (("none", []), ("bank", bank)):
                 if label == "bank" and not bank:

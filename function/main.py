@@ -63,7 +63,10 @@ def cli(ctx: click.Context, debug: bool, address: str, tls_certs_dir: Path | Non
         _fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
     _warm_up()
     try:
-        runtime.serve(FunctionRunner(), address, creds=creds, insecure=insecure)
+        # No SO_REUSEPORT: a second server on a busy port must fail, not
+        # silently share the port and split Crossplane's calls between two
+        # possibly different versions of the function.
+        runtime.serve(FunctionRunner(), address, creds=creds, insecure=insecure, options=[("grpc.so_reuseport", 0)])
     except Exception as err:  # a server that cannot start says why in one line
         _fail(f"cannot serve on {address}: {err}")
 
@@ -136,3 +139,7 @@ def render(
         _fail(str(err))
     docs = render_documents(result, include_results=include_results, include_context=include_context)
     click.echo(dump_yaml(docs), nl=False)
+
+
+if __name__ == "__main__":
+    cli()
