@@ -37,6 +37,7 @@ class Inputs:
     shared: Path
     aicr_version: str
     aicr_commit: str
+    stacks: Path = STACKS_DIR
 
 
 def aicr_provenance(recipes: Path) -> tuple[str, str]:
@@ -55,7 +56,7 @@ def aicr_provenance(recipes: Path) -> tuple[str, str]:
 def _digest(inputs: Inputs, extra: list[Path]) -> str:
     """Digest of every input, by path relative to its root, so it is the same on every machine."""
     files: list[tuple[str, Path]] = [(f"aicr/{p.relative_to(inputs.recipes)}", p) for p in inputs.recipes.rglob("*")]
-    files += [(f"stacks/{p.name}", p) for p in STACKS_DIR.glob("*.yaml")]
+    files += [(f"stacks/{p.name}", p) for p in inputs.stacks.glob("*.yaml")]
     files += [(f"generator/{p.name}", p) for p in GENERATOR_DIR.glob("*.py")]
     files += [(f"shared/{p.relative_to(inputs.shared)}", p) for p in extra]
     h = hashlib.sha256()
@@ -302,8 +303,8 @@ def index_text(pairs: list[tuple[str, str]]) -> str:
 
 def generate(inputs: Inputs) -> dict[str, str]:
     """Every generated file's name and text."""
-    catalogue = read(STACKS_DIR / "platform.yaml", Catalogue)
-    charts = read(STACKS_DIR / "charts.yaml", Charts)
+    catalogue = read(inputs.stacks / "platform.yaml", Catalogue)
+    charts = read(inputs.stacks / "charts.yaml", Charts)
     data = aicr.load(inputs.recipes)
     shared_files = sorted(
         {inputs.shared / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile}
@@ -311,7 +312,7 @@ def generate(inputs: Inputs) -> dict[str, str]:
     digest = _digest(inputs, shared_files)
     files: dict[str, str] = {}
     pairs: list[tuple[str, str]] = []
-    for path in sorted(STACKS_DIR.glob("*.yaml")):
+    for path in sorted(inputs.stacks.glob("*.yaml")):
         if path.name in ("platform.yaml", "charts.yaml"):
             continue
         stack_file = read(path, StackFile)

@@ -1,0 +1,129 @@
+"""The build-time generator: output is current, deterministic and carries its provenance."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from generator.build import DEFAULT_SHARED, REPO, Inputs, aicr_provenance, generate
+from generator.stackfile import StackFileError
+
+RECIPES = DEFAULT_SHARED / "aicr" / "recipes"
+
+
+def _inputs(stacks: Path | None = None) -> Inputs:
+    version, commit = aicr_provenance(RECIPES)
+    return Inputs(
+        recipes=RECIPES,
+        shared=DEFAULT_SHARED,
+        aicr_version=version,
+        aicr_commit=commit,
+        **({"stacks": stacks} if stacks else {}),
+    )
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, str]:
+    return generate(_inputs())
+
+
+def test_committed_output_is_what_the_generator_produces(generated: dict[str, str]) -> None:
+    committed = {p.name: p.read_text() for p in (REPO / "generated").glob("*.py")}
+    assert committed == generated
+
+
+def test_output_is_deterministic(generated: dict[str, str]) -> None:
+    assert generate(_inputs()) == generated
+
+
+def test_header_names_aicr_version_commit_query_and_input_digest(generated: dict[str, str]) -> None:
+    header = generated["gke_nvidia.py"].split('"""')[1]
+    assert "AICR v0.11.1 (bc05c6be7859cee7ce6680b93333ed03ba795f88)" in header
+    assert "query: service=gke, os=cos, intent=inference" in header
+    assert "Inputs: sha256:" in header
+
+
+def _stack(generated: dict[str, str], name: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(generated[name], name, "exec"), namespace)  # the module as Python imports it
+    stack: dict[str, Any] = namespace["STACK"]
+    return stack
+
+
+def _component(stack: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(c for c in stack["components"] if c["key"] == key)
+
+
+def test_eks_takes_aicr_versions_and_the_platform_layer(generated: dict[str, str]) -> None:
+    stack = _stack(generated, "eks_nvidia.py")
+    gpu = _component(stack, "gpu-operator")
+    assert gpu["chart"] == {
+        "name": "gpu-operator",
+        "repository": "https://helm.ngc.nvidia.com/nvidia",
+        "version": "v25.10.1",
+    }
+    assert gpu["origin"] == "aicr:gpu-operator"
+    assert gpu["values"]["driver"]["enabled"] is False  # the AL2023 NVIDIA AMI ships the driver
+    assert gpu["values"]["driver"]["version"] == "580.105.08"  # AICR's value survives beside ours
+    assert gpu["dependsOn"] == ["cert-manager", "prometheus"]  # AICR's dependencyRefs, mapped to our keys
+    assert stack["provenance"]["aicr"]["appliedOverlays"] == ["base", "monitoring-hpa", "eks", "eks-inference"]
+    assert _component(stack, "cert-manager")["chart"]["version"] == "v1.17.2"
+    images = {i["name"] for i in gpu["images"]}
+    assert {"operator", "driver", "toolkit", "device-plugin"} <= images
+
+
+def test_gaie_crds_are_objects_without_server_owned_fields(generated: dict[str, str]) -> None:
+    crd = _component(_stack(generated, "aks_nvidia.py"), "gaie-crd-inferencepools.inference.networking.k8s.io")
+    assert crd["kind"] == "Object"
+    assert "status" not in crd["manifest"]
+    assert "creationTimestamp" not in crd["manifest"]["metadata"]
+
+
+def test_gke_takes_aicr_manifests_rendered_from_their_templates(generated: dict[str, str]) -> None:
+    stack = _stack(generated, "gke_nvidia.py")
+    quota = _component(stack, "gpu-operator-resourcequota-gcp-critical-pods")
+    assert quota["manifest"]["metadata"]["namespace"] == "gpu-operator"
+    config = _component(stack, "gpu-operator-configmap-dcgm-exporter")
+    assert config["manifest"]["metadata"]["labels"]["helm.sh/chart"] == "gpu-operator-25.10.1"
+    assert "{{" not in generated["gke_nvidia.py"]  # no unrendered template ever ships
+
+
+def _copy_stacks(tmp_path: Path) -> Path:
+    stacks = tmp_path / "stacks"
+    shutil.copytree(REPO / "stacks", stacks)
+    return stacks
+
+
+def test_unknown_catalogue_component_is_a_readable_error(tmp_path: Path) -> None:
+    stacks = _copy_stacks(tmp_path)
+    eks = yaml.safe_load((stacks / "eks.yaml").read_text())
+    eks["components"]["gpu-operater"] = {"values": {}}
+    (stacks / "eks.yaml").write_text(yaml.safe_dump(eks))
+    with pytest.raises(StackFileError, match="eks-nvidia: components not in the catalogue or not used: gpu-operater"):
+        generate(_inputs(stacks))
+
+
+def test_chart_facts_read_at_another_version_are_refused(tmp_path: Path) -> None:
+    stacks = _copy_stacks(tmp_path)
+    text = (stacks / "platform.yaml").read_text().replace("version: v0.8.0}", "version: v0.9.0}")
+    (stacks / "platform.yaml").write_text(text)
+    with pytest.raises(StackFileError, match="chart lws v0.9.0 .* describes v0.8.0 .* re-check its value paths"):
+        generate(_inputs(stacks))
+
+
+def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
+    out = tmp_path / "generated"
+    shutil.copytree(REPO / "generated", out)
+    (out / "eks_nvidia.py").write_text((out / "eks_nvidia.py").read_text().replace("v25.10.1", "v25.3.0"))
+    run = subprocess.run(
+        [sys.executable, "-m", "generator", "--check", "--out", str(out)], cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 1
+    assert run.stdout.splitlines() == ["stale: generated/eks_nvidia.py (2 lines differ)"]
+    assert "run `python -m generator`" in run.stderr
