@@ -1,0 +1,636 @@
+"""Tests for function/render_loop.py, the local ``crossplane render`` engine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from crossplane.function.runtime import BetaFunctionRunner
+
+from function import render_loop as rl
+from tests.render_loop_fn import TinyFunction
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+XR: dict[str, Any] = {
+    "apiVersion": "example.org/v1alpha1",
+    "kind": "XStack",
+    "metadata": {"name": "demo", "namespace": "team-a", "uid": "0000-1111"},
+    "spec": {"cloud": "EKS"},
+}
+
+
+def _cm(name: str, namespace: str = "team-a", labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
+
+
+def _node(name: str, **labels: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+REQUIRED: list[dict[str, Any]] = [
+    _cm("settings", replicas="3"),
+    _cm("settings", namespace="other", replicas="9"),
+    _cm("unrelated"),
+    _node("gpu-b", accelerator="gpu", zone="a"),
+    _node("cpu-a", accelerator="none"),
+    _node("gpu-a", accelerator="gpu"),
+    {"apiVersion": "v2", "kind": "Node", "metadata": {"name": "gpu-z", "labels": {"accelerator": "gpu"}}},
+]
+
+
+def tiny() -> rl.RunFn:
+    return rl.servicer_runner(TinyFunction())
+
+
+def render(mode: str = "require", **kw: Any) -> rl.RenderResult:
+    kw.setdefault("required", REQUIRED)
+    extra_input = kw.pop("extra_input", {})
+    return asyncio.run(rl.run_pipeline(tiny(), xr=XR, step="tiny", input={"mode": mode, **extra_input}, **kw))
+
+
+def counting(run: rl.RunFn) -> tuple[rl.RunFn, list[fnv1.RunFunctionRequest]]:
+    seen: list[fnv1.RunFunctionRequest] = []
+
+    async def wrapped(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        seen.append(req)
+        return await run(req)
+
+    return wrapped, seen
+
+
+def names(resources: fnv1.Resources) -> list[tuple[str, str]]:
+    out = []
+    for item in resources.items:
+        d = rl.struct_to_dict(item.resource)
+        out.append((d["metadata"].get("namespace", ""), d["metadata"]["name"]))
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# The requirements loop
+# --------------------------------------------------------------------------- #
+
+
+def test_requirements_converge_in_two_calls() -> None:
+    run, seen = counting(tiny())
+    result = asyncio.run(
+        rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
+    )
+    assert result.calls == 2
+    assert len(seen) == 2
+    assert len(result.requests) == 2
+
+    first, second = seen
+    for req in seen:
+        assert list(req.meta.capabilities) == list(rl.CAPABILITIES)
+        assert len(req.meta.capabilities) == 5
+        assert req.meta.tag == ""
+        assert rl.struct_to_dict(req.observed.composite.resource) == XR
+        assert rl.struct_to_dict(req.input) == {"mode": "require", "namespace": "team-a"}
+        assert req.HasField("desired")
+        assert len(req.desired.resources) == 0
+        assert not req.desired.HasField("composite")
+    assert first.HasField("context")
+    assert rl.struct_to_dict(first.context) == {}
+    assert len(first.required_resources) == 0
+
+    assert sorted(second.required_resources) == ["gpus", "settings"]
+    assert names(second.required_resources["settings"]) == [("team-a", "settings")]
+    assert names(second.required_resources["gpus"]) == [("", "gpu-a"), ("", "gpu-b")]
+
+    assert sorted(result.desired.resources) == ["config", "pool"]
+    assert result.desired.resources["config"].ready == fnv1.READY_TRUE
+    assert rl.struct_to_dict(result.desired.resources["pool"].resource)["spec"] == {"replicas": 3, "ratio": 0.5}
+    assert result.context == {"example.org/tiny": {"replicas": 3}}
+    assert [r.message for r in result.results] == ["found 2 GPU nodes"]
+    assert result.result_steps == ["tiny"]
+    assert sorted(result.requirements["tiny"].resources) == ["gpus", "settings"]
+
+
+def test_selector_without_namespace_matches_every_namespace_and_name_match_is_single() -> None:
+    result = render()
+    sent = result.requests[1].required_resources["settings"]
+    # match_name returns at most one object, the first by (namespace, name).
+    assert names(sent) == [("other", "settings")]
+
+
+def test_selector_that_matches_nothing_still_appears_with_no_items() -> None:
+    result = render(extra_input={"settingsName": "missing"})
+    assert result.calls == 2
+    req = result.requests[1]
+    assert "settings" in req.required_resources
+    assert len(req.required_resources["settings"].items) == 0
+    # The tiny function treats "resolved but empty" as done and uses defaults.
+    assert rl.struct_to_dict(result.desired.resources["pool"].resource)["spec"]["replicas"] == 1
+
+
+def test_selector_with_neither_name_nor_labels_matches_all_of_the_kind() -> None:
+    result = render("all")
+    assert result.calls == 2
+    sent = result.requests[1].required_resources["every"]
+    assert names(sent) == [("other", "settings"), ("team-a", "settings"), ("team-a", "unrelated")]
+    assert rl.struct_to_dict(result.desired.composite.resource) == {
+        "status": {"configMaps": ["settings", "settings", "unrelated"]}
+    }
+
+
+def test_fetch_resources_matching_rules() -> None:
+    by_name = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_name="settings", namespace="team-a")
+    assert names(rl.fetch_resources(by_name, REQUIRED)) == [("team-a", "settings")]
+
+    wrong_ns = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_name="settings", namespace="nowhere")
+    assert names(rl.fetch_resources(wrong_ns, REQUIRED)) == []
+
+    wrong_version = fnv1.ResourceSelector(api_version="v2", kind="ConfigMap", match_name="settings")
+    assert names(rl.fetch_resources(wrong_version, REQUIRED)) == []
+
+    two_labels = fnv1.ResourceSelector(api_version="v1", kind="Node")
+    two_labels.match_labels.labels.update({"accelerator": "gpu", "zone": "a"})
+    assert names(rl.fetch_resources(two_labels, REQUIRED)) == [("", "gpu-b")]
+
+    empty_labels = fnv1.ResourceSelector(api_version="v1", kind="Node")
+    empty_labels.match_labels.SetInParent()
+    assert names(rl.fetch_resources(empty_labels, REQUIRED)) == [("", "cpu-a"), ("", "gpu-a"), ("", "gpu-b")]
+
+    kind_only = fnv1.ResourceSelector(api_version="v2", kind="Node")
+    assert names(rl.fetch_resources(kind_only, REQUIRED)) == [("", "gpu-z")]
+
+
+def test_requirements_that_never_stabilise_fail_after_six_calls() -> None:
+    run, seen = counting(tiny())
+    with pytest.raises(rl.RenderError) as err:
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}, required=REQUIRED))
+    assert len(seen) == 6
+    assert str(err.value) == (
+        'cannot run pipeline step "tiny": requirements didn\'t stabilize after the maximum number of iterations (5)'
+    )
+    assert err.value.step == "tiny"
+    # The context each response returned was passed on to the next call.
+    assert [rl.struct_to_dict(r.context).get("calls") for r in seen] == [None, 1, 2, 3, 4, 5]
+    # Required resources were rebuilt from scratch on every call.
+    assert [sorted(r.required_resources) for r in seen] == [[]] + [["settings"]] * 5
+
+
+def test_fatal_result_raises_with_its_message() -> None:
+    run, seen = counting(tiny())
+    with pytest.raises(rl.RenderError, match=r'^pipeline step "tiny" returned a fatal result: the cluster is on fire$'):
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
+    assert len(seen) == 1
+
+
+def test_fatal_result_stops_the_loop_even_with_changing_requirements() -> None:
+    calls = 0
+
+    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        nonlocal calls
+        calls += 1
+        rsp = fnv1.RunFunctionResponse()
+        rsp.requirements.resources["x"].api_version = "v1"
+        rsp.requirements.resources["x"].kind = "ConfigMap"
+        rsp.requirements.resources["x"].match_name = f"n{calls}"
+        if calls == 3:
+            rsp.results.add(severity=fnv1.SEVERITY_FATAL, message="stop")
+        return rsp
+
+    with pytest.raises(rl.RenderError, match="returned a fatal result: stop"):
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    assert calls == 3
+
+
+def test_runner_exception_is_wrapped() -> None:
+    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        raise ConnectionError("refused")
+
+    with pytest.raises(rl.RenderError, match=r'^cannot run pipeline step "s": refused$'):
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+
+
+def test_empty_requirements_message_counts_as_a_change_once() -> None:
+    """Go's proto.Equal(nil, &Requirements{}) is false, so an explicitly empty message costs one more call."""
+    calls = 0
+
+    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        nonlocal calls
+        calls += 1
+        rsp = fnv1.RunFunctionResponse()
+        rsp.requirements.SetInParent()
+        return rsp
+
+    result = asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    assert calls == 2
+    assert result.calls == 2
+
+
+def test_no_requirements_means_one_call() -> None:
+    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        return fnv1.RunFunctionResponse()
+
+    out = asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    assert out.calls == 1
+    assert not out.has_context
+    assert out.context == {}
+
+
+def test_deprecated_extra_resources_are_fetched_into_extra_resources() -> None:
+    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        rsp = fnv1.RunFunctionResponse()
+        sel = rsp.requirements.extra_resources["cfg"]
+        sel.api_version, sel.kind, sel.match_name = "v1", "ConfigMap", "unrelated"
+        return rsp
+
+    result = asyncio.run(rl.run_pipeline(run, xr=XR, step="s", required=REQUIRED))
+    assert result.calls == 2
+    second = result.requests[1]
+    assert names(second.extra_resources["cfg"]) == [("team-a", "unrelated")]
+    assert "cfg" not in second.required_resources
+
+
+def test_bootstrap_requirements_are_sent_first_and_kept() -> None:
+    bootstrap = {
+        "requiredResources": [
+            {"requirementName": "boot", "apiVersion": "v1", "kind": "Node", "matchLabels": {"accelerator": "gpu"}},
+        ]
+    }
+    result = render(bootstrap_requirements=bootstrap)
+    assert result.calls == 2
+    for req in result.requests:
+        assert names(req.required_resources["boot"]) == [("", "gpu-a"), ("", "gpu-b")]
+    assert sorted(result.requests[1].required_resources) == ["boot", "gpus", "settings"]
+
+
+def test_initial_context_and_credentials_reach_the_function() -> None:
+    result = render(context={"apiextensions.crossplane.io/environment": {"k": "v"}}, credentials={"kc": {"k": b"x"}})
+    first = result.requests[0]
+    assert rl.struct_to_dict(first.context) == {"apiextensions.crossplane.io/environment": {"k": "v"}}
+    assert first.credentials["kc"].credential_data.data["k"] == b"x"
+    assert result.context["apiextensions.crossplane.io/environment"] == {"k": "v"}
+
+
+def test_observed_resources_are_keyed_by_annotation() -> None:
+    observed = {
+        "apiVersion": "example.org/v1",
+        "kind": "Pool",
+        "metadata": {
+            "name": "demo-pool-x7k2p",
+            "namespace": "team-a",
+            "annotations": {rl.ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
+            "creationTimestamp": yaml.safe_load("t: 2024-05-01T10:00:00Z")["t"],
+        },
+    }
+    result = render(observed=[observed])
+    sent = result.requests[0].observed.resources
+    assert list(sent) == ["pool"]
+    assert rl.struct_to_dict(sent["pool"].resource)["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
+
+    with pytest.raises(rl.RenderError, match=r"has no crossplane\.io/composition-resource-name annotation"):
+        render(observed=[_cm("x")])
+
+
+# --------------------------------------------------------------------------- #
+# Output documents
+# --------------------------------------------------------------------------- #
+
+EXPECTED_YAML = """\
+---
+apiVersion: example.org/v1alpha1
+kind: XStack
+metadata:
+  name: demo
+  namespace: team-a
+status:
+  conditions:
+  - lastTransitionTime: '2024-01-01T00:00:00Z'
+    message: 'Unready resources: pool'
+    reason: Creating
+    status: 'False'
+    type: Ready
+  - lastTransitionTime: '2024-01-01T00:00:00Z'
+    message: ok
+    reason: Rendered
+    status: 'True'
+    type: StackRendered
+  gpuNodes: 2
+  replicas: 3
+---
+apiVersion: v1
+data:
+  gpus: gpu-a,gpu-b
+  owner: demo
+kind: ConfigMap
+metadata:
+  annotations:
+    crossplane.io/composition-resource-name: config
+  generateName: demo-
+  labels:
+    app: tiny
+    crossplane.io/composite: demo
+  namespace: team-a
+  ownerReferences:
+  - apiVersion: example.org/v1alpha1
+    blockOwnerDeletion: true
+    controller: true
+    kind: XStack
+    name: demo
+    uid: 0000-1111
+---
+apiVersion: example.org/v1
+kind: Pool
+metadata:
+  annotations:
+    crossplane.io/composition-resource-name: pool
+  generateName: demo-
+  labels:
+    crossplane.io/composite: demo
+  namespace: team-a
+  ownerReferences:
+  - apiVersion: example.org/v1alpha1
+    blockOwnerDeletion: true
+    controller: true
+    kind: XStack
+    name: demo
+    uid: 0000-1111
+spec:
+  ratio: 0.5
+  replicas: 3
+---
+apiVersion: render.crossplane.io/v1beta1
+kind: Result
+message: found 2 GPU nodes
+severity: SEVERITY_NORMAL
+step: tiny
+---
+apiVersion: render.crossplane.io/v1beta1
+fields:
+  example.org/tiny:
+    replicas: 3
+kind: Context
+"""
+
+
+def test_documents_order_and_shape() -> None:
+    result = render(extra_input={"namespace": "team-a"})
+    docs = rl.render_documents(result, include_results=True, include_context=True)
+    assert [d["kind"] for d in docs] == ["XStack", "ConfigMap", "Pool", "Result", "Context"]
+    assert rl.dump_yaml(docs) == EXPECTED_YAML
+
+    plain = rl.render_documents(result)
+    assert [d["kind"] for d in plain] == ["XStack", "ConfigMap", "Pool"]
+    assert plain == docs[:3]
+    # Integers stay integers (the Struct carried them as doubles).
+    assert type(plain[2]["spec"]["replicas"]) is int
+    assert type(plain[0]["status"]["gpuNodes"]) is int
+
+
+def test_full_xr_adds_spec_and_metadata() -> None:
+    docs = rl.render_documents(render(), include_full_xr=True)
+    assert docs[0]["spec"] == {"cloud": "EKS"}
+    assert docs[0]["metadata"]["uid"] == "0000-1111"
+
+
+def test_dump_is_deterministic() -> None:
+    a = rl.dump_yaml(rl.render_documents(render(), include_results=True, include_context=True))
+    b = rl.dump_yaml(rl.render_documents(render(), include_results=True, include_context=True))
+    assert a == b
+    assert a.encode() == b.encode()
+    assert "3.0" not in a
+    shared = {"k": 1.0}
+    assert rl.dump_yaml([{"a": shared, "b": shared, "long": "x" * 300}]) == (
+        "---\na:\n  k: 1\nb:\n  k: 1\nlong: " + "x" * 300 + "\n"
+    )
+    assert rl.dump_yaml([]) == ""
+
+
+def test_observed_name_and_namespace_are_carried_over() -> None:
+    observed = {
+        "apiVersion": "example.org/v1",
+        "kind": "Pool",
+        "metadata": {
+            "name": "demo-pool-x7k2p",
+            "namespace": "elsewhere",
+            "annotations": {rl.ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
+        },
+    }
+    cluster_xr = {**XR, "metadata": {"name": "demo"}}
+    result = asyncio.run(
+        rl.run_pipeline(tiny(), xr=cluster_xr, step="tiny", input={"mode": "require"}, observed=[observed],
+                        required=REQUIRED)
+    )  # fmt: skip
+    docs = rl.render_documents(result)
+    pool = docs[2]["metadata"]
+    assert pool["name"] == "demo-pool-x7k2p"
+    assert pool["namespace"] == "elsewhere"  # cluster-scoped XR: namespace stays as observed
+    assert "generateName" not in pool
+    assert pool["ownerReferences"][0]["uid"] == ""
+    config = docs[1]["metadata"]
+    assert config["generateName"] == "demo-"
+    assert "namespace" not in config
+    assert "name" not in config
+    assert docs[0]["metadata"] == {"name": "demo"}
+
+
+def _result_with(ready: dict[str, int], composite_ready: int = fnv1.READY_UNSPECIFIED) -> rl.RenderResult:
+    desired = fnv1.State()
+    desired.composite.ready = composite_ready  # type: ignore[assignment]
+    for name, r in ready.items():
+        desired.resources[name].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
+        desired.resources[name].ready = r
+    return rl.RenderResult(xr=XR, desired=desired, results=[], context={}, calls=1)
+
+
+@pytest.mark.parametrize(
+    ("ready", "composite_ready", "want"),
+    [
+        ({}, fnv1.READY_UNSPECIFIED, {"status": "True", "reason": "Available"}),
+        ({"a": fnv1.READY_TRUE}, fnv1.READY_UNSPECIFIED, {"status": "True", "reason": "Available"}),
+        (
+            {"b": fnv1.READY_FALSE, "a": fnv1.READY_UNSPECIFIED, "c": fnv1.READY_TRUE},
+            fnv1.READY_UNSPECIFIED,
+            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b"},
+        ),
+        (
+            {"c": 0, "b": 0, "a": 0},
+            fnv1.READY_UNSPECIFIED,
+            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b, and c"},
+        ),
+        (
+            {"e": 0, "d": 0, "c": 0, "b": 0, "a": 0},
+            fnv1.READY_UNSPECIFIED,
+            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b, c, and 2 more"},
+        ),
+        ({"a": fnv1.READY_FALSE}, fnv1.READY_TRUE, {"status": "True", "reason": "Available"}),
+        ({"a": fnv1.READY_TRUE}, fnv1.READY_FALSE, {"status": "False", "reason": "Creating"}),
+    ],
+)
+def test_xr_ready_condition(ready: dict[str, int], composite_ready: int, want: dict[str, str]) -> None:
+    xr_doc = rl.render_documents(_result_with(ready, composite_ready))[0]
+    assert xr_doc["status"]["conditions"] == [
+        {"type": "Ready", "lastTransitionTime": "2024-01-01T00:00:00Z", **want},
+    ]
+
+
+# --------------------------------------------------------------------------- #
+# Multi-step compositions
+# --------------------------------------------------------------------------- #
+
+COMPOSITION: dict[str, Any] = {
+    "apiVersion": "apiextensions.crossplane.io/v1",
+    "kind": "Composition",
+    "metadata": {"name": "xstacks", "labels": {"tier": "gpu"}},
+    "spec": {
+        "compositeTypeRef": {"apiVersion": "example.org/v1alpha1", "kind": "XStack"},
+        "mode": "Pipeline",
+        "pipeline": [
+            {
+                "step": "compose",
+                "functionRef": {"name": "function-tiny"},
+                "input": {"apiVersion": "tiny.fn/v1", "kind": "Input", "mode": "require", "namespace": "team-a"},
+            },
+            {
+                "step": "extend",
+                "functionRef": {"name": "function-tiny"},
+                "input": {"apiVersion": "tiny.fn/v1", "kind": "Input", "mode": "extend"},
+            },
+        ],
+    },
+}
+
+
+def test_composition_feeds_desired_state_and_context_forward() -> None:
+    result = asyncio.run(rl.run_composition({"function-tiny": tiny()}, COMPOSITION, xr=XR, required=REQUIRED))
+    assert result.calls == 3  # 2 for the requirements loop of "compose", 1 for "extend"
+    assert sorted(result.desired.resources) == ["config", "extra", "pool"]
+    extra = rl.struct_to_dict(result.desired.resources["extra"].resource)
+    assert extra["data"] == {"previous": "config,pool", "seen": "3"}
+    assert result.result_steps == ["compose", "extend"]
+    docs = rl.render_documents(result, include_results=True)
+    assert [(d["kind"], d.get("step")) for d in docs] == [
+        ("XStack", None),
+        ("ConfigMap", None),
+        ("ConfigMap", None),
+        ("Pool", None),
+        ("Result", "compose"),
+        ("Result", "extend"),
+    ]
+    assert docs[5]["severity"] == "SEVERITY_WARNING"
+
+
+def test_composition_checks() -> None:
+    runners = {"function-tiny": tiny()}
+    wrong_kind = {
+        **COMPOSITION,
+        "spec": {**COMPOSITION["spec"], "compositeTypeRef": {"apiVersion": "x/v1", "kind": "Y"}},
+    }
+    with pytest.raises(rl.RenderError, match=r"compositeTypeRef.kind \(Y\) does not match XR's kind \(XStack\)"):
+        asyncio.run(rl.run_composition(runners, wrong_kind, xr=XR))
+    with pytest.raises(rl.RenderError, match='unknown Function "function-tiny"'):
+        asyncio.run(rl.run_composition({}, COMPOSITION, xr=XR))
+    selecting = {**XR, "spec": {"crossplane": {"compositionSelector": {"matchLabels": {"tier": "cpu"}}}}}
+    with pytest.raises(rl.RenderError, match='incorrect value for label "tier": want "cpu", got "gpu"'):
+        asyncio.run(rl.run_composition(runners, COMPOSITION, xr=selecting))
+
+
+# --------------------------------------------------------------------------- #
+# Over real gRPC
+# --------------------------------------------------------------------------- #
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def served_function() -> Iterator[str]:
+    port = _free_port()
+    target = f"127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.render_loop_fn", "--address", target],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                pytest.fail(f"function server exited with {proc.returncode}: {out.decode()} {err.decode()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("function server did not start listening within 30s")
+                time.sleep(0.05)
+        yield target
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def test_over_real_grpc(served_function: str) -> None:
+    run = rl.grpc_runner(served_function, timeout=20)
+    result = asyncio.run(
+        rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
+    )
+    assert result.calls == 2
+    docs = rl.render_documents(result, include_results=True, include_context=True)
+    assert rl.dump_yaml(docs) == EXPECTED_YAML
+
+    with pytest.raises(rl.RenderError, match="returned a fatal result: the cluster is on fire"):
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
+    with pytest.raises(rl.RenderError, match="didn't stabilize"):
+        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}))
+
+
+def test_grpc_runner_falls_back_to_v1beta1() -> None:
+    """A server that only speaks v1beta1 answers v1 with UNIMPLEMENTED; the runner retries on v1beta1."""
+
+    async def scenario() -> rl.RenderResult:
+        server = grpc.aio.server()
+        add_beta: Any = grpcv1beta1.add_FunctionRunnerServiceServicer_to_server  # untyped generated code
+        add_beta(BetaFunctionRunner(TinyFunction()), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            return await rl.run_pipeline(
+                rl.grpc_runner(f"127.0.0.1:{port}", timeout=20),
+                xr=XR,
+                step="tiny",
+                input={"mode": "require", "namespace": "team-a"},
+                required=REQUIRED,
+            )
+        finally:
+            await server.stop(None)
+
+    result = asyncio.run(scenario())
+    assert result.calls == 2
+    assert rl.dump_yaml(rl.render_documents(result, include_results=True, include_context=True)) == EXPECTED_YAML
