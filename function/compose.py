@@ -6,17 +6,16 @@ per process: RunFunction runs on every reconcile of every cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cache
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from typing import Any
 
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from function.model import ServingStack
-from function.paths import set_path
+from function.model import SecretEntry, ServingStack
 from function.stack import Component, Stack
 
 HELM_API = "helm.m.crossplane.io/v1beta1"
@@ -59,14 +58,6 @@ class Observed:
         return key in self.resources and resource.get_condition(self.resources[key], "Ready").status == "True"
 
 
-@dataclass
-class Composed:
-    """The request-specific result: desired resources and what went into them."""
-
-    resources: dict[str, fnv1.Resource] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
-
-
 def provider_config_name(xr: ServingStack) -> str:
     # The name clusters run today (UPSTREAM.md); changing it orphans releases.
     return resource.child_name(xr.metadata.name, "cluster")
@@ -94,6 +85,11 @@ def release_body(component: Component) -> dict[str, Any]:
                     "name": component.chart.name,
                     "repository": component.chart.repository,
                     "version": component.chart.version,
+                    **(
+                        {"pullSecretRef": {"name": component.chart.pull_secret_ref}}
+                        if component.chart.pull_secret_ref
+                        else {}
+                    ),
                 },
                 "namespace": component.namespace,
                 "values": component.values,
@@ -173,40 +169,45 @@ class StackRenderer:
         self.stack = stack
         self.plan = tuple(Planned(c) for c in stack.components)
         self._own = {c.key: c for c in stack.components}
-        self._static: dict[str, struct_pb2.Struct] = {
-            c.key: _to_struct(component_body(c)) for c in stack.components if not c.xr_fields
-        }
+        self._static = {c.key: _to_struct(component_body(c)) for c in stack.components}
         self._helm_pc_usage = _to_struct(_provider_config_usage(HELM_API, "Release"))
         self._kubernetes_pc_usage = _to_struct(_provider_config_usage(KUBERNETES_API, "Object"))
         self._usages: dict[str, struct_pb2.Struct] = {}
 
-    def _body(self, planned: Planned, xr_params: Mapping[str, Any]) -> struct_pb2.Struct:
+    def _write_body(self, target: struct_pb2.Struct, planned: Planned, xr_params: Mapping[str, Any]) -> None:
         component = planned.component
         cached = self._static.get(component.key)
         if cached is not None and self._own.get(component.key) is component:
-            body = struct_pb2.Struct()
-            body.CopyFrom(cached)
-            return body
-        raw = component_body(component)
+            target.CopyFrom(cached)
+        else:
+            target.CopyFrom(_to_struct(component_body(component)))
         if component.xr_fields:
-            manifest = raw["spec"]["forProvider"]["manifest"]
+            manifest = target["spec"]["forProvider"]["manifest"]
             for path, param in component.xr_fields.items():
-                set_path(manifest, path, xr_params[param])
-        return _to_struct(raw)
+                _set_struct_path(manifest, path, xr_params[param])
 
     def render(
         self,
         xr: ServingStack,
         observed: Observed,
         plan: Sequence[Planned] | None = None,
-    ) -> dict[str, fnv1.Resource]:
-        """Desired composed resources for one XR, keyed by composed resource name."""
+        into: MutableMapping[str, fnv1.Resource] | None = None,
+    ) -> MutableMapping[str, fnv1.Resource]:
+        """Desired composed resources for one XR, keyed by composed resource name.
+
+        Written straight into ``into`` (a response's desired resources) when
+        given: every copy of a large Struct costs on the hot path.
+        """
         plan = self.plan if plan is None else plan
+        out: MutableMapping[str, fnv1.Resource] = fnv1.State().resources if into is None else into
         pc_name = provider_config_name(xr)
-        out: dict[str, fnv1.Resource] = {
-            HELM_PC: _ready(_to_struct(_provider_config(xr, HELM_API, pc_name))),
-            KUBERNETES_PC: _ready(_to_struct(_provider_config(xr, KUBERNETES_API, pc_name))),
-        }
+        kubeconfig = xr.spec.kubeconfig()
+        assert kubeconfig is not None, "checked before rendering"
+        for key, api in ((HELM_PC, HELM_API), (KUBERNETES_PC, KUBERNETES_API)):
+            out[key].resource.CopyFrom(
+                _provider_config(api, pc_name, xr.metadata.namespace, kubeconfig, xr.spec.identity())
+            )
+            out[key].ready = fnv1.READY_TRUE  # nothing to wait for
         # A remote resource is composed only once its ProviderConfigs exist,
         # so the first reconcile does not fail on a missing ProviderConfig.
         pcs_observed = observed.has(HELM_PC) and observed.has(KUBERNETES_PC)
@@ -220,40 +221,38 @@ class StackRenderer:
                 continue  # never installed by us: the cluster's own copy is left alone
             if not (pcs_observed or observed.has(key)):
                 continue
-            body = self._body(planned, xr_params)
+            desired = out[key]
+            body = desired.resource
+            self._write_body(body, planned, xr_params)
             body["spec"]["providerConfigRef"]["name"] = pc_name
             if planned.state == UNMANAGED:
                 # Keep the Helm release on the cluster; only stop managing it.
                 body["spec"]["managementPolicies"] = ["Observe"]
             if planned.changed_by:
-                body["metadata"]["annotations"] = {
-                    **(dict(body["metadata"]["annotations"]) if "annotations" in body["metadata"] else {}),
-                    OVERRIDDEN_BY: ",".join(planned.changed_by),
-                }
-            desired = fnv1.Resource(resource=body)
+                body["metadata"].get_or_create_struct("annotations")[OVERRIDDEN_BY] = ",".join(planned.changed_by)
             if observed.ready(key):
                 desired.ready = fnv1.READY_TRUE
-            out[key] = desired
             rendered[key] = planned.component
         self._render_usages(out, rendered, pc_name)
         return out
 
-    def _render_usages(self, out: dict[str, fnv1.Resource], rendered: Mapping[str, Component], pc_name: str) -> None:
+    def _render_usages(
+        self, out: MutableMapping[str, fnv1.Resource], rendered: Mapping[str, Component], pc_name: str
+    ) -> None:
+        # Usages have no readiness of their own to wait for.
         if any(c.is_release for c in rendered.values()):
-            usage = _ready(_copy(self._helm_pc_usage))
-            usage.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
-            out["usage-helm-pc"] = usage
+            _write_ready(out["usage-helm-pc"], self._helm_pc_usage)
+            out["usage-helm-pc"].resource["spec"]["of"]["resourceRef"]["name"] = pc_name
         if any(not c.is_release for c in rendered.values()):
-            usage = _ready(_copy(self._kubernetes_pc_usage))
-            usage.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
-            out["usage-k8s-pc"] = usage
+            _write_ready(out["usage-k8s-pc"], self._kubernetes_pc_usage)
+            out["usage-k8s-pc"].resource["spec"]["of"]["resourceRef"]["name"] = pc_name
         for user in rendered.values():
             if not user.finalized_by_dependencies:
                 continue
             for dep in user.depends_on:
                 used = rendered.get(dep)
                 if used is not None:
-                    out[usage_key(dep, user.key)] = _ready(_copy(self._usage(used, user)))
+                    _write_ready(out[usage_key(dep, user.key)], self._usage(used, user))
 
     def _usage(self, used: Component, user: Component) -> struct_pb2.Struct:
         key = usage_key(used.key, user.key)
@@ -262,31 +261,32 @@ class StackRenderer:
         return self._usages[key]
 
 
-def _copy(struct: struct_pb2.Struct) -> struct_pb2.Struct:
-    copy = struct_pb2.Struct()
-    copy.CopyFrom(struct)
-    return copy
+def _write_ready(target: fnv1.Resource, body: struct_pb2.Struct) -> None:
+    target.resource.CopyFrom(body)
+    target.ready = fnv1.READY_TRUE
 
 
-def _ready(struct: struct_pb2.Struct) -> fnv1.Resource:
-    # ProviderConfigs and Usages have no readiness of their own to wait for.
-    return fnv1.Resource(resource=struct, ready=fnv1.READY_TRUE)
+def _set_struct_path(node: struct_pb2.Struct, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.get_or_create_struct(part)
+    node[leaf] = value
 
 
-def _provider_config(xr: ServingStack, api: str, name: str) -> dict[str, Any]:
-    kubeconfig = xr.spec.kubeconfig()
-    assert kubeconfig is not None, "checked before rendering"
+@lru_cache(maxsize=4096)
+def _provider_config(
+    api: str, name: str, xr_namespace: str, kubeconfig: SecretEntry, identity: SecretEntry | None
+) -> struct_pb2.Struct:
     spec: dict[str, Any] = {
         "credentials": {
             "source": "Secret",
             "secretRef": {
                 "name": kubeconfig.name,
-                "namespace": kubeconfig.namespace or xr.metadata.namespace,
+                "namespace": kubeconfig.namespace or xr_namespace,
                 "key": kubeconfig.key,
             },
         }
     }
-    identity = xr.spec.identity()
     if identity is not None:
         # The kubeconfig gives endpoint and CA; the cloud identity
         # authenticates, so no long-lived token sits in the kubeconfig.
@@ -295,11 +295,11 @@ def _provider_config(xr: ServingStack, api: str, name: str) -> dict[str, Any]:
             "source": "Secret",
             "secretRef": {
                 "name": identity.name,
-                "namespace": identity.namespace or xr.metadata.namespace,
+                "namespace": identity.namespace or xr_namespace,
                 "key": identity.key,
             },
         }
-    return {"apiVersion": api, "kind": "ProviderConfig", "metadata": {"name": name}, "spec": spec}
+    return _to_struct({"apiVersion": api, "kind": "ProviderConfig", "metadata": {"name": name}, "spec": spec})
 
 
 def gateway_params(xr: ServingStack) -> dict[str, Any]:

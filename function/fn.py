@@ -8,13 +8,14 @@ import grpc
 from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from function import overrides, stack
 from function.compose import Observed, renderer
 from function.errors import InputError, describe
 from function.model import KUBECONFIG, ServingStack
-from function.status import stack_status
+from function.status import write_stack_status
 
 
 def _xr_name(raw: dict[str, Any]) -> str:
@@ -22,6 +23,16 @@ def _xr_name(raw: dict[str, Any]) -> str:
     name = meta.get("name", "?") if isinstance(meta, dict) else "?"
     namespace = meta.get("namespace", "") if isinstance(meta, dict) else ""
     return f"ServingStack {namespace + '/' if namespace else ''}{name}"
+
+
+def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
+    # Only what the model reads: the observed status (our own last output)
+    # is large and would cost a conversion on every reconcile.
+    return {
+        k: resource.struct_to_dict(xr[k]) if isinstance(xr[k], struct_pb2.Struct) else xr[k]
+        for k in ("apiVersion", "kind", "metadata", "spec")
+        if k in xr
+    }
 
 
 def parse_xr(raw: dict[str, Any]) -> ServingStack:
@@ -49,22 +60,21 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     """Compose one request. Bad input becomes a Fatal result, never an exception."""
     rsp = response.to(req)
     try:
-        raw = resource.struct_to_dict(req.observed.composite.resource)
+        raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
         chosen = select_stack(xr)
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan, notes = overrides.plan(chosen, xr, found, Observed(req.observed.resources))
-        desired = renderer(chosen).render(xr, Observed(req.observed.resources), plan)
+        renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))
-    for key, res in desired.items():
-        rsp.desired.resources[key].CopyFrom(res)
-    resource.update(
-        rsp.desired.composite,
-        {"status": {**_gateway_status(req), "stack": stack_status(chosen, plan, found, set(desired))}},
-    )
+    status = rsp.desired.composite.resource.get_or_create_struct("status")
+    address = _gateway_address(req)
+    if address:
+        status["gateway"] = {"address": address}
+    write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
     for note in notes:
         response.warning(rsp, note)
     if found.applied:
@@ -80,16 +90,16 @@ def _fatal(req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionRespon
     return rsp
 
 
-def _gateway_status(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
+def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
+    """The address the cloud gave the Gateway, once the provider observed one."""
     if "gateway" not in req.observed.resources:
-        return {}
-    observed = resource.struct_to_dict(req.observed.resources["gateway"].resource)
-    addresses = (
-        observed.get("status", {}).get("atProvider", {}).get("manifest", {}).get("status", {}).get("addresses") or []
-    )
-    if not addresses or not addresses[0].get("value"):
-        return {}
-    return {"gateway": {"address": addresses[0]["value"]}}
+        return ""
+    observed = req.observed.resources["gateway"].resource
+    try:
+        addresses = observed["status"]["atProvider"]["manifest"]["status"]["addresses"]
+        return str(addresses[0]["value"]) if len(addresses) else ""
+    except (KeyError, ValueError, TypeError, IndexError):
+        return ""
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):

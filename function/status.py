@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import lru_cache
 from typing import Any
 
-from function.compose import Planned
+from crossplane.function import resource
+from google.protobuf import struct_pb2
+
+from function.compose import Planned, renderer
 from function.overrides import Found
 from function.stack import Stack
 
@@ -30,3 +34,18 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
         "components": components,
         "environmentConfigs": list(found.applied),
     }
+
+
+@lru_cache(maxsize=256)
+def _unchanged_stack_status(stack: Stack, rendered: frozenset[str]) -> struct_pb2.Struct:
+    return resource.dict_to_struct(stack_status(stack, renderer(stack).plan, Found(), rendered))
+
+
+def write_stack_status(
+    status: struct_pb2.Struct, stack: Stack, plan: Sequence[Planned], found: Found, rendered: Collection[str]
+) -> None:
+    """Set ``status.stack``; the common case (no overrides) is converted once, not per reconcile."""
+    if plan is renderer(stack).plan and not found.applied:
+        status.get_or_create_struct("stack").CopyFrom(_unchanged_stack_status(stack, frozenset(rendered)))
+    else:
+        status["stack"] = stack_status(stack, plan, found, rendered)
