@@ -46,6 +46,8 @@ class ChartRef:
     name: str
     repository: str
     version: str
+    # Secret (username/password) for the chart repository; set by the override layer.
+    pull_secret_ref: str = ""
 
 
 @dataclass(frozen=True)
