@@ -86,7 +86,7 @@ def test_v1beta1_clients_are_served(server: str) -> None:
             observed=fnv1beta1.State(composite=fnv1beta1.Resource(resource=resource.dict_to_struct(xr)))
         )
         async with grpc.aio.insecure_channel(server) as channel:
-            stub = grpcv1beta1.FunctionRunnerServiceStub(channel)
+            stub = grpcv1beta1.FunctionRunnerServiceStub(channel)  # type: ignore[no-untyped-call]
             rsp: fnv1beta1.RunFunctionResponse = await stub.RunFunction(req, timeout=10)
             return rsp
 
@@ -96,7 +96,12 @@ def test_v1beta1_clients_are_served(server: str) -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "function.main", *args], cwd=REPO, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "function.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
