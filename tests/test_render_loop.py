@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +16,7 @@ from crossplane.function.runtime import BetaFunctionRunner
 
 from function import render_loop as rl
 from tests.render_loop_fn import TinyFunction
+from tests.serve import serving
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -550,50 +546,10 @@ def test_composition_checks() -> None:
 # --------------------------------------------------------------------------- #
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def served_function() -> Iterator[str]:
-    port = _free_port()
-    target = f"127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.render_loop_fn", "--address", target],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                pytest.fail(f"function server exited with {proc.returncode}: {out.decode()} {err.decode()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("function server did not start listening within 30s")
-                time.sleep(0.05)
+    with serving(["tests.render_loop_fn"]) as (target, _):
         yield target
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
-        if proc.stderr:
-            proc.stderr.close()
 
 
 def test_over_real_grpc(served_function: str) -> None:
