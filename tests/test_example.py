@@ -1,0 +1,86 @@
+"""The shipped example works the way `crossplane render` runs it, and the XRD matches the model."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from function.model import ServingStackSpec
+from function.render_loop import grpc_runner, render_documents, run_composition
+from tests import k8s_schema
+from tests.conftest import EXAMPLE, load_docs
+from tests.serve import serving
+
+XRD = load_docs(EXAMPLE / "xrd.yaml")[0]
+
+
+@pytest.fixture(scope="module")
+def xr_index(tmp_path_factory: pytest.TempPathFactory) -> k8s_schema.CRDIndex:
+    """The XRD as the CRD Crossplane derives from it (plus the fields Crossplane adds)."""
+    version = copy.deepcopy(XRD["spec"]["versions"][0])
+    schema = version["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"]["crossplane"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    schema["properties"].update(apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"})
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": XRD["metadata"]["name"]},
+        "spec": {
+            "group": XRD["spec"]["group"],
+            "names": XRD["spec"]["names"],
+            "scope": XRD["spec"]["scope"],
+            "versions": [{**version, "storage": True}],
+        },
+    }
+    path: Path = tmp_path_factory.mktemp("xrd") / "crd.yaml"
+    path.write_text(yaml.safe_dump(crd))
+    return k8s_schema.CRDIndex([path])
+
+
+def test_example_xr_is_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex) -> None:
+    assert xr_index.validate(load_docs(EXAMPLE / "xr.yaml")[0]) == []
+
+
+def test_xrd_rejects_what_the_model_rejects(xr_index: k8s_schema.CRDIndex) -> None:
+    xr = load_docs(EXAMPLE / "xr.yaml")[0]
+    xr["spec"]["cloud"] = "Mars"
+    assert any("spec.cloud" in e for e in xr_index.validate(xr))
+
+
+def test_xrd_and_model_declare_the_same_spec_fields() -> None:
+    xrd_fields = set(XRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+    model_fields = set(ServingStackSpec.model_fields) - {"crossplane"}
+    assert xrd_fields == model_fields
+
+
+def test_example_function_package_reference_is_valid() -> None:
+    [function] = load_docs(EXAMPLE / "functions.yaml")
+    assert k8s_schema.covered(function)
+    assert k8s_schema.validate(function) == []
+
+
+def test_example_composition_renders_through_the_served_function() -> None:
+    [composition] = load_docs(EXAMPLE / "composition.yaml")
+    [function] = load_docs(EXAMPLE / "functions.yaml")
+    xr: dict[str, Any] = load_docs(EXAMPLE / "xr.yaml")[0]
+    with serving(["function.main", "--insecure"]) as (target, _):
+        result = asyncio.run(
+            run_composition(
+                {function["metadata"]["name"]: grpc_runner(target)},
+                composition,
+                xr=xr,
+                observed=load_docs(EXAMPLE / "observed"),
+            )
+        )
+    docs = render_documents(result)
+    names = [d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for d in docs[1:]]
+    assert "gateway" in names and "gpu-operator" in names and "prometheus" in names
+    assert docs[0]["status"]["stack"]["id"] == "gke-nvidia"
