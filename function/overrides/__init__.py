@@ -1,31 +1,43 @@
-"""The override layer: EnvironmentConfigs that adjust the generated stack per cluster."""
+"""The override layer: EnvironmentConfigs that adjust the generated stack per cluster.
+
+``collect`` obtains the documents (required resources, the pipeline context),
+``plan`` applies them to the generated stack, ``summary`` says what happened in
+one line, ``explain`` says where every field came from.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-
-from function.compose import Observed, Planned, renderer
+from function.compose import MANAGED, REMOVED, UNMANAGED, Observed, Planned
 from function.model import ServingStack
 from function.stack import Stack
 
+from . import apply
+from .collect import Document, Found, collect
+from .explain import explain
 
-@dataclass(frozen=True)
-class Found:
-    """The override documents that apply to one XR, in application order."""
-
-    applied: tuple[str, ...] = field(default_factory=tuple)
-
-
-def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Found | None:
-    return Found()
+__all__ = ["Document", "Found", "collect", "explain", "plan", "summary"]
 
 
 def plan(stack: Stack, xr: ServingStack, found: Found, observed: Observed) -> tuple[Sequence[Planned], list[str]]:
-    return renderer(stack).plan, []
+    """The planned components for one XR, and warnings for the user.
+
+    Depends only on the stack and the documents that apply to the XR; whether
+    an Unmanaged component was installed before is the renderer's business.
+    """
+    return apply.plan(stack, found)
 
 
 def summary(found: Found, plan: Sequence[Planned]) -> str:
-    return ""
+    """One line for a Normal result: what the applied documents did."""
+    changed = [p.component.key for p in plan if p.changed_by and p.state == MANAGED]
+    unmanaged = [p.component.key for p in plan if p.state == UNMANAGED]
+    removed = [p.component.key for p in plan if p.state == REMOVED]
+    parts = [f"EnvironmentConfigs applied in order: {', '.join(found.applied)}"]
+    parts.append(f"{len(changed)} of {len(plan)} components changed" + (f" ({', '.join(changed)})" if changed else ""))
+    if unmanaged:
+        parts.append(f"Unmanaged: {', '.join(unmanaged)}")
+    if removed:
+        parts.append(f"Removed: {', '.join(removed)}")
+    return "; ".join(parts)

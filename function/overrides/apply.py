@@ -1,0 +1,446 @@
+"""Planning: the generated stack plus the applied documents -> what compose renders.
+
+A plan depends only on the stack and the applied documents' content, so it is
+computed once per (stack, documents) and cached: every reconcile of every
+cluster sharing those documents reuses the same Component objects. Components
+no document touches stay the generated objects themselves, whose protobuf the
+renderer holds ready.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from function.compose import MANAGED, REMOVED, UNMANAGED, Planned, component_body, renderer
+from function.errors import InputError
+from function.paths import get_path, set_path
+from function.stack import ChartRef, Component, Stack
+from function.values import deep_merge
+
+from . import images
+from .collect import Document, Found
+from .document import ComponentOverride, DriverOverride, PodDisruptionBudget
+from .drivers import driver_component
+from .registry import Mirrors, Rule, Rules, rewrite_chart_repository
+from .strict import findings
+
+SHORTCUT_PATHS = {
+    "replicas": "replicas",
+    "resources": "resources",
+    "image": "images",
+    "podDisruptionBudget": "pod_disruption_budgets",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    planned: tuple[Planned, ...]
+    notes: tuple[str, ...]
+    # component key -> field path ("values.a.b", "chart.version", "state" …) -> document name
+    provenance: dict[str, dict[str, str]]
+
+
+@dataclass
+class _Acc:
+    """What the documents say about one component, accumulated in application order."""
+
+    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    state: str = MANAGED
+    state_by: str = ""
+    version: str | None = None
+    version_by: str = ""
+    changed: dict[str, None] = field(default_factory=dict)  # ordered set of document names
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    def touch(self, origin: str, path: str | None = None) -> None:
+        self.changed[origin] = None
+        if path is not None:
+            self.provenance[path] = origin
+
+
+def leaves(node: Any, path: str) -> Iterable[str]:
+    """Leaf paths of a values patch (a non-empty map is not a leaf; a list is)."""
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from leaves(value, f"{path}.{key}")
+    else:
+        yield path
+
+
+def _check_fields(comp: Component, over: ComponentOverride, where: str) -> None:
+    if not comp.is_release:
+        given = [f for f in ("version", "values", *over.shortcuts()) if getattr(over, f) is not None]
+        if given:
+            raise InputError(
+                f"{where}.{given[0]}: {comp.key} is a raw manifest (Object), not a Helm release; "
+                "the only field it takes is state"
+            )
+        return
+    offered = [s for s, attr in SHORTCUT_PATHS.items() if getattr(comp, attr)]
+    for shortcut in over.shortcuts():
+        if not getattr(comp, SHORTCUT_PATHS[shortcut]):
+            choices = ", ".join(offered) if offered else "none"
+            raise InputError(
+                f"{where}.{shortcut}: the stack declares no value path for {shortcut} on {comp.key} "
+                f"(chart {comp.chart.name if comp.chart else '?'}); shortcuts {comp.key} takes: {choices}; "
+                "or set the chart's own keys under values"
+            )
+
+
+def _put(patch: dict[str, Any], path: str, value: Any) -> None:
+    current = get_path(patch, path)
+    set_path(
+        patch, path, deep_merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
+    )
+
+
+def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget, where: str) -> None:
+    budgets = comp.pod_disruption_budgets
+    for field_name, attr, value in (
+        ("minAvailable", "min_available", pdb.minAvailable),
+        ("maxUnavailable", "max_unavailable", pdb.maxUnavailable),
+    ):
+        if value is not None and any(getattr(b, attr) is None for b in budgets):
+            takes = sorted(
+                {
+                    f
+                    for b in budgets
+                    for f, a in (("minAvailable", b.min_available), ("maxUnavailable", b.max_unavailable))
+                    if a
+                }
+            )
+            raise InputError(
+                f"{where}.podDisruptionBudget.{field_name}: not every PodDisruptionBudget of {comp.key} takes "
+                f"{field_name}; they take: {', '.join(takes) or 'no budget'}"
+            )
+    if not pdb.enabled and not any(b.enabled for b in budgets):
+        raise InputError(f"{where}.podDisruptionBudget.enabled: {comp.key}'s budgets have no on/off switch")
+    for b in budgets:
+        if b.enabled:
+            set_path(patch, b.enabled, pdb.enabled)
+        if pdb.enabled and pdb.minAvailable is not None and b.min_available:
+            set_path(patch, b.min_available, pdb.minAvailable)
+        if pdb.enabled and pdb.maxUnavailable is not None and b.max_unavailable:
+            set_path(patch, b.max_unavailable, pdb.maxUnavailable)
+
+
+def _values_patch(comp: Component, over: ComponentOverride, origin: str, where: str) -> dict[str, Any]:
+    """The document's values plus its shortcuts, as one patch (shortcuts win)."""
+    patch: dict[str, Any] = copy.deepcopy(over.values) if over.values else {}
+    if over.replicas is not None:
+        for path in comp.replicas:
+            set_path(patch, path, over.replicas)
+    if over.resources is not None:
+        wanted = over.resources.model_dump(exclude_none=True)
+        for path in comp.resources:
+            _put(patch, path, wanted)
+    if over.image is not None:
+        by_name = {img.name: img for img in comp.images}
+        chosen = {comp.images[0].name: over.image} if isinstance(over.image, str) else over.image
+        for name, ref in chosen.items():
+            img = by_name.get(name)
+            if img is None:
+                raise InputError(
+                    f"{where}.image.{name}: {comp.key} has no image {name}; its images: {', '.join(by_name)}"
+                )
+            images.set_image(patch, img, ref, origin, f"{where}.image")
+    if over.podDisruptionBudget is not None:
+        _pdb_patch(patch, comp, over.podDisruptionBudget, where)
+    return patch
+
+
+@dataclass
+class _Registry:
+    images: dict[str, Rule] = field(default_factory=dict)
+    charts: dict[str, Rule] = field(default_factory=dict)
+    pull_secrets: tuple[str, ...] = ()
+    pull_secrets_by: str = ""
+    chart_secret: str = ""
+    chart_secret_by: str = ""
+    strict_by: list[str] = field(default_factory=list)
+
+    def add(self, d: Document) -> None:
+        reg = d.doc.registry
+        # Rules merge by source: a later document replaces one source's target
+        # and keeps the others' rules.
+        for rule in reg.images or ():
+            self.images[rule.source] = Rule(rule.source, rule.to, d.name)
+        for chart_rule in reg.charts or ():
+            self.charts[chart_rule.source] = Rule(chart_rule.source, chart_rule.to, d.name)
+        if reg.imagePullSecrets is not None:
+            self.pull_secrets, self.pull_secrets_by = tuple(reg.imagePullSecrets), d.name
+        if reg.chartPullSecretRef is not None:
+            self.chart_secret, self.chart_secret_by = reg.chartPullSecretRef.name, d.name
+        # strict is sticky: a later document (another team's) cannot switch
+        # off the mirror policy an earlier one imposed.
+        if reg.strict:
+            self.strict_by.append(d.name)
+
+    def mirrors(self) -> Mirrors:
+        return Mirrors(
+            images=Rules.of(self.images.values()),
+            charts=Rules.of(self.charts.values()),
+            image_pull_secrets=self.pull_secrets,
+            image_pull_secrets_by=self.pull_secrets_by,
+            chart_pull_secret=self.chart_secret,
+            chart_pull_secret_by=self.chart_secret_by,
+            strict_by=tuple(self.strict_by),
+        )
+
+
+def _release(
+    comp: Component,
+    acc: _Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    found: list[images.Found],
+) -> Component:
+    values = comp.values
+    for origin, patch in layers:
+        values = deep_merge(values, patch)
+        for path in leaves(patch, "values"):
+            acc.touch(origin, path)
+    if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
+        values = copy.deepcopy(values)  # deep_merge shares subtrees with the generated values
+    for img in comp.images:
+        changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
+        found.append(seen)
+        for change in changes:
+            acc.touch(change.origin, f"values.{change.path}")
+    if mirrors.image_pull_secrets:
+        _pull_secrets(values, comp, mirrors, acc)
+    chart = _chart(comp, acc, mirrors)
+    if values is comp.values and chart is comp.chart:
+        return comp
+    return dataclasses.replace(comp, values=values, chart=chart)
+
+
+def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: _Acc) -> None:
+    names, origin = mirrors.image_pull_secrets, mirrors.image_pull_secrets_by
+    for path in comp.image_pull_secrets:
+        set_path(values, path, images.merge_pull_secrets(get_path(values, path), names, plain=False))
+        acc.touch(origin, f"values.{path}")
+    for path in comp.image_pull_secret_names:
+        set_path(values, path, images.merge_pull_secrets(get_path(values, path), names, plain=True))
+        acc.touch(origin, f"values.{path}")
+    for path in comp.image_pull_secret_name:
+        # One secret only: the first listed (mirror credentials first).
+        set_path(values, path, names[0])
+        acc.touch(origin, f"values.{path}")
+
+
+def _chart(comp: Component, acc: _Acc, mirrors: Mirrors) -> ChartRef | None:
+    chart = comp.chart
+    if chart is None:
+        return None
+    if acc.version is not None:
+        chart = dataclasses.replace(chart, version=acc.version)
+    rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
+    if rewrite is not None:
+        chart = dataclasses.replace(chart, repository=rewrite.value)
+        acc.touch(rewrite.rule.origin, "chart.repository")
+    # Mirror credentials go only to a chart pulled from a mirror, never upstream.
+    if mirrors.chart_pull_secret and mirrors.charts.mirrored(chart.repository.rstrip("/")):
+        chart = dataclasses.replace(chart, pull_secret_ref=mirrors.chart_pull_secret)
+        acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
+    return chart
+
+
+def _manifest(comp: Component, acc: _Acc, mirrors: Mirrors, found: list[images.Found]) -> Component:
+    if not (mirrors.images or mirrors.image_pull_secrets) or not any(images.pod_containers(comp.manifest)):
+        found.extend(
+            images.Found(comp.key, f"manifest.{path}.image", c["image"])
+            for c, path, _ in images.pod_containers(comp.manifest)
+        )
+        return comp
+    manifest = copy.deepcopy(comp.manifest)
+    changes, seen = images.rewrite_manifest(
+        manifest, mirrors.images, mirrors.image_pull_secrets, mirrors.image_pull_secrets_by, comp.key
+    )
+    found.extend(seen)
+    for change in changes:
+        acc.touch(change.origin, f"manifest.{change.path}")
+    return dataclasses.replace(comp, manifest=manifest) if changes else comp
+
+
+def _check_removed(
+    states: dict[str, str], comps: Sequence[Component], accs: dict[str, _Acc], where: dict[str, str]
+) -> None:
+    for removed in (k for k, s in states.items() if s == REMOVED):
+        users = sorted(c.key for c in comps if removed in c.depends_on and states.get(c.key) == MANAGED)
+        if users:
+            raise InputError(
+                f"{where[accs[removed].state_by]}.components.{removed}.state: Removed is refused while managed "
+                f"components depend on {removed}: {', '.join(users)}; remove or unmanage them too"
+            )
+
+
+class _Planner:
+    """One computation of a plan: read the documents, then build each component."""
+
+    def __init__(self, stack: Stack, documents: Sequence[Document]) -> None:
+        self.stack = stack
+        self.by_key = {c.key: c for c in stack.components}
+        self.accs = {c.key: _Acc() for c in stack.components}
+        self.where = {d.name: d.where for d in documents}
+        self.notes: list[str] = []
+        self.registry = _Registry()
+        self.drivers: dict[str, tuple[DriverOverride, str]] = {}
+        self.found: list[images.Found] = []
+        for d in documents:
+            self._read(d)
+
+    def _read(self, d: Document) -> None:
+        for key, over in d.doc.components.items():
+            at = f"{d.where}.components.{key}"
+            comp = self.by_key.get(key)
+            if comp is None:
+                raise InputError(
+                    f"{at}: unknown component; the components of stack {self.stack.id}: {', '.join(self.by_key)}"
+                )
+            _check_fields(comp, over, at)
+            acc = self.accs[key]
+            if over.state is not None:
+                acc.state, acc.state_by = over.state, d.name
+                acc.touch(d.name, "state")
+            if over.version is not None:
+                self._version(comp, acc, over.version, d.name, at)
+            patch = _values_patch(comp, over, d.name, at)
+            if patch:
+                acc.patches.append((d.name, patch))
+        self.registry.add(d)
+        for drv in d.doc.drivers:
+            if self.stack.driver.source != "gpu-operator" or not self.stack.driver.resource:
+                raise InputError(
+                    f"{d.where}.drivers[{drv.name}]: on stack {self.stack.id} the node image supplies the GPU "
+                    f"driver (driver source {self.stack.driver.source}); per-pool drivers need a stack whose "
+                    "GPU Operator manages the driver (cloud Existing)"
+                )
+            self.drivers[drv.name] = (drv, d.name)
+
+    def _version(self, comp: Component, acc: _Acc, version: str, origin: str, at: str) -> None:
+        assert comp.chart is not None, "checked: only Releases take a version"
+        if version == comp.chart.version:
+            if acc.version is None:
+                self.notes.append(
+                    f"{at}.version: {version} is the generated version already; the pin is redundant "
+                    f"and would hold {comp.key} back from future releases: remove it"
+                )
+            acc.version = None  # back to the generated version, whatever an earlier document pinned
+        else:
+            acc.version, acc.version_by = version, origin
+        acc.touch(origin, "chart.version")
+
+    def _driver_components(self, mirrors: Mirrors) -> list[tuple[Component, str]]:
+        out = []
+        for drv, origin in self.drivers.values():
+            comp, seen = driver_component(self.stack, drv, origin, mirrors)
+            if comp.key in self.by_key:
+                raise InputError(
+                    f"{self.where[origin]}.drivers[{drv.name}]: its key {comp.key} is a component of the stack"
+                )
+            out.append((comp, origin))
+            self.found.extend(seen)
+        return out
+
+    def _operator_layers(self, states: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+        if not self.drivers:
+            return []
+        driver = self.stack.driver
+        if states.get(driver.operator) == UNMANAGED:
+            self.notes.append(
+                f"drivers: {driver.operator} is Unmanaged, so its values for per-pool drivers "
+                f"({', '.join(leaves(driver.operator_values, 'values'))}) are not applied; "
+                "the cluster's own operator must be set up to reconcile them"
+            )
+        for _drv, origin in self.drivers.values():
+            self.accs[driver.operator].touch(origin)
+        last = list(self.drivers.values())[-1][1]
+        return [(last, driver.operator_values)] if driver.operator_values else []
+
+    def result(self) -> Result:
+        mirrors = self.registry.mirrors()
+        drivers = self._driver_components(mirrors)
+        states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
+        _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
+        operator_layers = self._operator_layers(states)
+        planned: list[Planned] = []
+        provenance: dict[str, dict[str, str]] = {}
+        for comp in self.stack.components:
+            acc = self.accs[comp.key]
+            if acc.state == MANAGED:
+                layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
+                new = (
+                    _release(comp, acc, layers, mirrors, self.found)
+                    if comp.is_release
+                    else _manifest(comp, acc, mirrors, self.found)
+                )
+                planned.append(Planned(new, MANAGED, tuple(acc.changed)))
+            else:
+                # Not ours to change any more: the generated body (Observe-only
+                # when it was installed), changed only by the document that said so.
+                planned.append(Planned(comp, acc.state, (acc.state_by,)))
+                acc.provenance = {"state": acc.state_by}
+            if acc.provenance:
+                provenance[comp.key] = dict(acc.provenance)
+        planned += [Planned(c, MANAGED, (origin,)) for c, origin in drivers]
+        if mirrors.strict:
+            _strict(self.stack, mirrors, planned, self.found, self.where, self.notes)
+        return Result(tuple(planned), tuple(self.notes), provenance)
+
+
+def compute(stack: Stack, documents: Sequence[Document]) -> Result:
+    return _Planner(stack, documents).result()
+
+
+def _strict(
+    stack: Stack,
+    mirrors: Mirrors,
+    planned: Sequence[Planned],
+    found: Sequence[images.Found],
+    where: dict[str, str],
+    notes: list[str],
+) -> None:
+    bodies = [(p.component.key, component_body(p.component)) for p in planned if p.state == MANAGED]
+    upstream, unknown = findings(stack, mirrors, bodies, found)
+    by = ", ".join(mirrors.strict_by)
+    if upstream:
+        raise InputError(
+            f"{where[mirrors.strict_by[0]]}.registry.strict: {len(upstream)} image or chart references still point "
+            f'upstream (strict set by {by}); add registry rules for them (or a "*" catch-all): ' + "; ".join(upstream)
+        )
+    if unknown:
+        notes.append(
+            f"registry.strict ({by}): {len(unknown)} images take a chart default the stack does not record, so "
+            "their registry is not known here; set them in values if those parts run: " + "; ".join(unknown)
+        )
+
+
+_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...]], Result] = OrderedDict()
+# Distinct (stack, document set) pairs in use at once: a few per fleet.
+_CACHE_MAX = 128
+
+
+def result(stack: Stack, found: Found) -> Result:
+    key = (stack, found.fingerprint)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    computed = compute(stack, found.documents)
+    _CACHE[key] = computed
+    if len(_CACHE) > _CACHE_MAX:
+        _CACHE.popitem(last=False)
+    return computed
+
+
+def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
+    if not found.documents:
+        return renderer(stack).plan, []  # the generated stack exactly, protobuf ready
+    planned = result(stack, found)
+    return planned.planned, list(planned.notes)

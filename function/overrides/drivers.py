@@ -1,0 +1,40 @@
+"""Per-pool GPU driver resources (NVIDIADriver, AMD DeviceConfig) from the stack's template."""
+
+from __future__ import annotations
+
+import copy
+
+from function.paths import set_path
+from function.stack import Component, Stack
+
+from . import images
+from .document import DriverOverride, driver_key
+from .registry import Mirrors
+
+
+def driver_component(
+    stack: Stack, drv: DriverOverride, origin: str, mirrors: Mirrors
+) -> tuple[Component, list[images.Found]]:
+    """One driver resource as an Object that depends on (and is finalized by) the operator."""
+    source = stack.driver
+    key = driver_key(drv.name)
+    manifest = copy.deepcopy(source.resource)
+    set_path(manifest, "metadata.name", drv.name)
+    set_path(manifest, source.version_path, drv.version)
+    set_path(manifest, source.node_selector_path, dict(drv.nodeSelector))
+    found: list[images.Found] = []
+    for img in source.images:
+        _changes, seen = images.rewrite_values(manifest, img, mirrors.images, key, f"manifest image {img.name}")
+        found.append(seen)
+    return (
+        Component(
+            key=key,
+            kind="Object",
+            origin=f"override:{origin}",
+            depends_on=(source.operator,),
+            # The operator removes the resource's finalizer: it must outlive it.
+            finalized_by_dependencies=True,
+            manifest=manifest,
+        ),
+        found,
+    )

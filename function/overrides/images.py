@@ -1,0 +1,246 @@
+"""Container image references: parse them, find them, rewrite them.
+
+Charts take an image in one of four shapes (``function.stack.ImageRef``): a full
+``host/path:tag`` string; a full ``host/path`` repository (tag elsewhere); a
+registry plus a repository name; or a registry *prefix* alone that the chart
+puts in front of every image name (kai-scheduler's ``global.registry``).
+Raw manifests carry full references in the ``image`` of pod containers.
+
+Every function here works on a private copy the caller made: generated values
+are shared by every request and must never change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from function.errors import InputError
+from function.paths import get_path, set_path
+from function.stack import ImageRef
+
+from .registry import Rules, rewrite_image_name
+
+# Docker's reference grammar (distribution/reference), enough to refuse what a
+# kubelet could not pull: lower-case path components, an optional host[:port],
+# a tag of word characters, an optional algorithm:hex digest.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?)"
+REFERENCE = re.compile(
+    rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?$"
+)
+
+DOCKER_HUB = "docker.io"
+# Docker Hub's official images live under library/ ("ubuntu" is docker.io/library/ubuntu).
+DOCKER_LIBRARY = "library"
+
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+
+
+def is_host(segment: str) -> bool:
+    """Whether the first path segment names a registry (Docker's own rule)."""
+    return "." in segment or ":" in segment or segment == "localhost"
+
+
+def split_reference(ref: str) -> tuple[str, str]:
+    """``host/path:tag@digest`` -> (``host/path``, ``:tag@digest``)."""
+    at = ref.find("@")
+    rest, digest = (ref[:at], ref[at:]) if at >= 0 else (ref, "")
+    colon, slash = rest.rfind(":"), rest.rfind("/")
+    if colon > slash:
+        return rest[:colon], rest[colon:] + digest
+    return rest, digest
+
+
+def qualify(name: str) -> str:
+    """Make Docker Hub's implicit registry (and library/ namespace) explicit."""
+    first, _, rest = name.partition("/")
+    if rest and is_host(first):
+        if first in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io") and "/" not in rest:
+            return f"{DOCKER_HUB}/{DOCKER_LIBRARY}/{rest}"
+        return name
+    return f"{DOCKER_HUB}/{name}" if rest else f"{DOCKER_HUB}/{DOCKER_LIBRARY}/{name}"
+
+
+def check_reference(ref: str, where: str) -> None:
+    if not REFERENCE.match(ref):
+        raise InputError(f"{where}: {ref!r} is not an image reference (host/path:tag or host/path@sha256:...)")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One value the layer wrote, and the rule (document) behind it."""
+
+    path: str
+    value: Any
+    origin: str
+
+
+@dataclass(frozen=True)
+class Found:
+    """An image reference in the output, after rewriting.
+
+    ``ref`` is None when the reference is unknown here (a chart default the
+    stack does not record) and empty when the position is not in use.
+    """
+
+    component: str
+    where: str
+    ref: str | None
+
+
+def _read(values: dict[str, Any], img: ImageRef, key: str) -> str | None:
+    path = getattr(img, key)
+    if path is None:
+        return None
+    missing = object()
+    value = get_path(values, path, missing)
+    if value is missing:
+        value = img.default.get(key)
+    return value if isinstance(value, str) else None
+
+
+def image_name(values: dict[str, Any], img: ImageRef) -> tuple[str, str] | None:
+    """The image's (name, suffix) as the chart will compose it; None when unknown."""
+    if img.ref is not None:
+        ref = _read(values, img, "ref")
+        return split_reference(ref) if ref else None
+    registry = _read(values, img, "registry") if img.registry else None
+    if img.repository is not None:
+        repository = _read(values, img, "repository")
+        if not repository:
+            return None
+        return (f"{registry.rstrip('/')}/{repository}" if registry else repository), ""
+    return (registry, "") if registry else None
+
+
+def _split_registry(name: str, repository: str | None) -> tuple[str, str]:
+    # Keep the chart's repository name where the new name still ends with it
+    # (a mirror rewrote only the registry part); else split at the host.
+    if repository and name.endswith("/" + repository):
+        return name[: -len(repository) - 1], repository
+    host, _, rest = name.partition("/")
+    return host, rest
+
+
+def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, origin: str) -> list[Change]:
+    changes: list[Change] = []
+
+    def put(path: str, value: Any) -> None:
+        set_path(values, path, value)
+        changes.append(Change(path, value, origin))
+
+    if img.ref is not None:
+        put(img.ref, name + suffix)
+    elif img.repository is not None and img.registry is not None and _read(values, img, "registry"):
+        registry, repository = _split_registry(name, _read(values, img, "repository"))
+        put(img.registry, registry)
+        put(img.repository, repository)
+    elif img.repository is not None:
+        # A full host/path repository (the registry key, if any, left unset).
+        put(img.repository, name)
+    elif img.registry is not None:
+        put(img.registry, name)
+    return changes
+
+
+def rewrite_values(
+    values: dict[str, Any], img: ImageRef, rules: Rules, key: str, where: str
+) -> tuple[list[Change], Found]:
+    """Rewrite one declared image of a chart's values in place, writing it explicitly."""
+    current = image_name(values, img)
+    if current is None:
+        # A registry prefix left empty is not in use: the chart's own per-image
+        # registries apply (kube-prometheus-stack's global.imageRegistry).
+        unused = img.ref is None and img.repository is None
+        return [], Found(key, where, "" if unused else None)
+    name, suffix = current
+    prefix_only = img.ref is None and img.repository is None
+    qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
+    rewrite = rewrite_image_name(rules, qualified)
+    if rewrite is None:
+        return [], Found(key, where, name + suffix)
+    return _write_name(values, img, rewrite.value, suffix, rewrite.rule.origin), Found(
+        key, where, rewrite.value + suffix
+    )
+
+
+def set_image(values: dict[str, Any], img: ImageRef, ref: str, origin: str, where: str) -> list[Change]:
+    """The ``image`` shortcut: write a full reference into the image's declared paths."""
+    check_reference(ref, where)
+    name, suffix = split_reference(ref)
+    if img.ref is None and img.repository is None:
+        raise InputError(
+            f"{where}: image {img.name} takes only a registry prefix ({img.registry}); "
+            "point it at a mirror with registry.images instead"
+        )
+    changes = _write_name(values, img, name, "" if img.ref is None else suffix, origin)
+    if img.ref is None and suffix:
+        tag = suffix[1:] if suffix.startswith(":") else None
+        if img.tag is None or tag is None:
+            what = "a tag" if img.tag is None else "a digest without a tag"
+            raise InputError(f"{where}: image {img.name} has no value path for {what}; give {name}:<tag>")
+        set_path(values, img.tag, tag)
+        changes.append(Change(img.tag, tag, origin))
+    return changes
+
+
+def pod_containers(node: Any, path: str = "") -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """Every container of every pod spec in a manifest, at any depth: (container, path, pod spec)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}" if path else key
+            if key in CONTAINER_LISTS and isinstance(value, list):
+                for i, container in enumerate(value):
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        yield container, f"{here}[{i}]", node
+            else:
+                yield from pod_containers(value, here)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from pod_containers(item, f"{path}[{i}]")
+
+
+def rewrite_manifest(
+    manifest: dict[str, Any], rules: Rules, pull_secrets: tuple[str, ...], secrets_origin: str, key: str
+) -> tuple[list[Change], list[Found]]:
+    """Rewrite container images of every pod template in a manifest, in place."""
+    changes: list[Change] = []
+    found: list[Found] = []
+    pods: dict[int, tuple[dict[str, Any], str]] = {}
+    for container, path, pod in pod_containers(manifest):
+        pods.setdefault(id(pod), (pod, path.rsplit(".", 1)[0]))
+        ref = container["image"]
+        name, suffix = split_reference(ref)
+        rewrite = rewrite_image_name(rules, qualify(name)) if rules else None
+        if rewrite is not None:
+            container["image"] = rewrite.value + suffix
+            changes.append(Change(f"{path}.image", container["image"], rewrite.rule.origin))
+        found.append(Found(key, f"manifest.{path}.image", container["image"]))
+    if pull_secrets:
+        for pod, pod_path in pods.values():
+            merged = merge_pull_secrets(pod.get("imagePullSecrets"), pull_secrets)
+            if merged != pod.get("imagePullSecrets"):
+                pod["imagePullSecrets"] = merged
+                changes.append(Change(f"{pod_path}.imagePullSecrets", merged, secrets_origin))
+    return changes, found
+
+
+def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None = None) -> list[Any]:
+    """Add secret names to a pull-secret list, keeping what is there.
+
+    ``plain`` picks the item shape: plain names (the GPU Operator's lists) or
+    ``{name: x}`` (pod specs, most charts); None follows the list's own shape,
+    and an empty or absent list gets the pod-spec shape.
+    """
+    current = list(existing) if isinstance(existing, list) else []
+    if plain is None:
+        plain = bool(current) and all(isinstance(e, str) for e in current)
+    have = {e if isinstance(e, str) else e.get("name") for e in current if isinstance(e, str | dict)}
+    for name in names:
+        if name not in have:
+            current.append(name if plain else {"name": name})
+            have.add(name)
+    return current
