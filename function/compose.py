@@ -162,6 +162,11 @@ def _to_struct(body: dict[str, Any]) -> struct_pb2.Struct:
     return resource.dict_to_struct(body)
 
 
+# Overridden component bodies kept per stack: the override layer caches 128
+# plans of a few changed components each.
+_DERIVED_MAX = 1024
+
+
 class StackRenderer:
     """Renders one stack; holds its request-independent protobuf once."""
 
@@ -173,14 +178,26 @@ class StackRenderer:
         self._helm_pc_usage = _to_struct(_provider_config_usage(HELM_API, "Release"))
         self._kubernetes_pc_usage = _to_struct(_provider_config_usage(KUBERNETES_API, "Object"))
         self._usages: dict[str, struct_pb2.Struct] = {}
+        self._derived: dict[int, tuple[Component, struct_pb2.Struct]] = {}
+
+    def _struct(self, component: Component) -> struct_pb2.Struct:
+        cached = self._static.get(component.key)
+        if cached is not None and self._own.get(component.key) is component:
+            return cached
+        # A component the override layer changed: its plans are cached, so the
+        # same object comes back on every reconcile; convert it once.
+        hit = self._derived.get(id(component))
+        if hit is not None and hit[0] is component:
+            return hit[1]
+        if len(self._derived) >= _DERIVED_MAX:
+            self._derived.clear()
+        struct = _to_struct(component_body(component))
+        self._derived[id(component)] = (component, struct)  # holding it keeps its id unique
+        return struct
 
     def _write_body(self, target: struct_pb2.Struct, planned: Planned, xr_params: Mapping[str, Any]) -> None:
         component = planned.component
-        cached = self._static.get(component.key)
-        if cached is not None and self._own.get(component.key) is component:
-            target.CopyFrom(cached)
-        else:
-            target.CopyFrom(_to_struct(component_body(component)))
+        target.CopyFrom(self._struct(component))
         if component.xr_fields:
             manifest = target["spec"]["forProvider"]["manifest"]
             for path, param in component.xr_fields.items():
