@@ -141,5 +141,60 @@ def render(
     click.echo(dump_yaml(docs), nl=False)
 
 
+@cli.command()
+@click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--required-resources",
+    "-e",
+    "required",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="EnvironmentConfigs (file or directory), as for render.",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's Input (as in the Composition's pipeline step).",
+)
+@click.option("--only-changed", is_flag=True, help="Show only components and fields an EnvironmentConfig changed.")
+@click.option(
+    "--output",
+    "-O",
+    "output",
+    type=click.Choice(["text", "yaml"]),
+    default="text",
+    show_default=True,
+    help="Plain text, or YAML for tools.",
+)
+def explain(
+    xr_file: Path, required: tuple[Path, ...], input_file: Path | None, only_changed: bool, output: str
+) -> None:
+    """Show, per component, which field comes from the generated stack and which from which EnvironmentConfig."""
+    from function.errors import InputError
+    from function.fn import parse_xr, select_stack
+    from function.overrides import explain as explaining  # the module
+    from function.render_loop import dump_yaml, fetch_resources, to_jsonable
+
+    logging.configure(logging.Level.DISABLED)
+    xrs = _read_documents((xr_file,))
+    if len(xrs) != 1:
+        _fail(f"{xr_file}: expected one ServingStack, found {len(xrs)} documents")
+    supplied = _read_documents(required)
+    try:
+        raw = to_jsonable(xrs[0])
+        xr = parse_xr(raw)
+        chosen = select_stack(xr)
+        req = explaining.request_for(raw, to_jsonable(_read_documents((input_file,))[0]) if input_file else None)
+        found = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
+        components, notes = explaining.explain(chosen, found)
+    except InputError as err:
+        _fail(str(err))
+    if output == "yaml":
+        click.echo(dump_yaml([explaining.as_data(chosen, found, components, notes)]), nl=False)
+    else:
+        click.echo(explaining.format_text(chosen, found, components, notes, only_changed=only_changed), nl=False)
+
+
 if __name__ == "__main__":
     cli()

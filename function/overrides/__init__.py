@@ -2,7 +2,7 @@
 
 ``collect`` obtains the documents (required resources, the pipeline context),
 ``plan`` applies them to the generated stack, ``summary`` says what happened in
-one line, ``explain`` says where every field came from.
+one line; ``function.overrides.explain`` says where every field came from.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from function.stack import Stack
 
 from . import apply
 from .collect import Document, Found, collect
-from .explain import explain
 
-__all__ = ["Document", "Found", "collect", "explain", "plan", "summary"]
+__all__ = ["Document", "Found", "collect", "plan", "summary"]
 
 
 def plan(stack: Stack, xr: ServingStack, found: Found, observed: Observed) -> tuple[Sequence[Planned], list[str]]:

@@ -288,6 +288,7 @@ class _Planner:
         self.by_key = {c.key: c for c in stack.components}
         self.accs = {c.key: _Acc() for c in stack.components}
         self.where = {d.name: d.where for d in documents}
+        self.order = {d.name: i for i, d in enumerate(documents)}
         self.notes: list[str] = []
         self.registry = _Registry()
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
@@ -380,7 +381,7 @@ class _Planner:
                     if comp.is_release
                     else _manifest(comp, acc, mirrors, self.found)
                 )
-                planned.append(Planned(new, MANAGED, tuple(acc.changed)))
+                planned.append(Planned(new, MANAGED, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
                 # Not ours to change any more: the generated body (Observe-only
                 # when it was installed), changed only by the document that said so.

@@ -125,7 +125,19 @@ def found_offline(req: fnv1.RunFunctionRequest, xr: ServingStack, fetch: Fetch) 
     return found
 
 
+def _integral(value: Any) -> Any:
+    # Documents that came through a protobuf Struct carry every number as a float.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
 def _short(value: Any) -> str:
+    value = _integral(value)
     text = json.dumps(value, separators=(",", ":"), sort_keys=True) if not isinstance(value, str) else value
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -165,7 +177,7 @@ def as_data(stack: Stack, found: Found, explained: Sequence[Explained], notes: S
                 "state": e.state,
                 "source": e.origin,
                 "changedBy": list(e.changed_by),
-                "fields": [{"path": f.path, "value": f.value, "from": f.source} for f in e.fields],
+                "fields": [{"path": f.path, "value": _integral(f.value), "from": f.source} for f in e.fields],
             }
             for e in explained
         ],

@@ -125,6 +125,21 @@ def _split_registry(name: str, repository: str | None) -> tuple[str, str]:
     return host, rest
 
 
+def _split_form(values: dict[str, Any], img: ImageRef) -> bool:
+    """Whether to write registry and repository apart (else a full repository alone).
+
+    A chart whose registry key is unset and whose repository is a full
+    ``host/path`` (cert-manager) takes the whole name in the repository; one
+    whose repository is a bare name (GPU Operator operands, bitnami-style
+    charts with an empty registry) needs the registry written beside it.
+    """
+    if _read(values, img, "registry"):
+        return True
+    repository = _read(values, img, "repository") or ""
+    first, _, rest = repository.partition("/")
+    return not (rest and is_host(first))
+
+
 def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, origin: str) -> list[Change]:
     changes: list[Change] = []
 
@@ -134,7 +149,7 @@ def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, o
 
     if img.ref is not None:
         put(img.ref, name + suffix)
-    elif img.repository is not None and img.registry is not None and _read(values, img, "registry"):
+    elif img.repository is not None and img.registry is not None and _split_form(values, img):
         registry, repository = _split_registry(name, _read(values, img, "repository"))
         put(img.registry, registry)
         put(img.repository, repository)
