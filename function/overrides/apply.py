@@ -293,6 +293,7 @@ class _Planner:
         self.registry = _Registry()
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
         self.found: list[images.Found] = []
+        self.driver_provenance: dict[str, dict[str, str]] = {}
         for d in documents:
             self._read(d)
 
@@ -340,7 +341,8 @@ class _Planner:
     def _driver_components(self, mirrors: Mirrors) -> list[tuple[Component, str]]:
         out = []
         for drv, origin in self.drivers.values():
-            comp, seen = driver_component(self.stack, drv, origin, mirrors)
+            comp, seen, provenance = driver_component(self.stack, drv, origin, mirrors)
+            self.driver_provenance[comp.key] = provenance
             if comp.key in self.by_key:
                 raise InputError(
                     f"{self.where[origin]}.drivers[{drv.name}]: its key {comp.key} is a component of the stack"
@@ -390,6 +392,7 @@ class _Planner:
             if acc.provenance:
                 provenance[comp.key] = dict(acc.provenance)
         planned += [Planned(c, MANAGED, (origin,)) for c, origin in drivers]
+        provenance.update(self.driver_provenance)
         if mirrors.strict:
             _strict(self.stack, mirrors, planned, self.found, self.where, self.notes)
         return Result(tuple(planned), tuple(self.notes), provenance)

@@ -217,13 +217,13 @@ def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: Ser
         items = req.required_resources[r.name].items
         if not items and r.policy == "Required":
             what = (
-                f"EnvironmentConfig {r.match_name}"
+                f"EnvironmentConfig {r.match_name} not found"
                 if r.match_name
-                else f"no EnvironmentConfig with labels {r.match_labels}"
+                else f"no EnvironmentConfig has the labels {r.match_labels}"
             )
             # Never fall back to the upstream registries a mirror document replaces.
             raise InputError(
-                f"function Input: {what} not found and its policy is Required; "
+                f"function Input: {what}, and its policy is Required; "
                 "refusing to render without it (Crossplane keeps the last applied state)"
             )
         # A config selected by our own label or by name must carry a document;

@@ -14,8 +14,11 @@ from .registry import Mirrors
 
 def driver_component(
     stack: Stack, drv: DriverOverride, origin: str, mirrors: Mirrors
-) -> tuple[Component, list[images.Found]]:
-    """One driver resource as an Object that depends on (and is finalized by) the operator."""
+) -> tuple[Component, list[images.Found], dict[str, str]]:
+    """One driver resource as an Object that depends on (and is finalized by) the operator.
+
+    Also returns the images it references and the manifest fields the document set.
+    """
     source = stack.driver
     key = driver_key(drv.name)
     manifest = copy.deepcopy(source.resource)
@@ -23,9 +26,13 @@ def driver_component(
     set_path(manifest, source.version_path, drv.version)
     set_path(manifest, source.node_selector_path, dict(drv.nodeSelector))
     found: list[images.Found] = []
+    provenance = {
+        f"manifest.{path}": origin for path in ("metadata.name", source.version_path, source.node_selector_path)
+    }
     for img in source.images:
-        _changes, seen = images.rewrite_values(manifest, img, mirrors.images, key, f"manifest image {img.name}")
+        changes, seen = images.rewrite_values(manifest, img, mirrors.images, key, f"manifest image {img.name}")
         found.append(seen)
+        provenance.update((f"manifest.{c.path}", c.origin) for c in changes)
     return (
         Component(
             key=key,
@@ -37,4 +44,5 @@ def driver_component(
             manifest=manifest,
         ),
         found,
+        provenance,
     )

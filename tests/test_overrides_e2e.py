@@ -1,0 +1,171 @@
+"""The override layer over real gRPC, against the CRDs, with the shipped examples and the explain CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from function.render_loop import RenderResult, grpc_runner, render_documents, run_pipeline
+from tests import k8s_schema
+from tests.conftest import EXAMPLE, REPO, desired, load_docs, make_xr, provider_configs, render
+from tests.serve import serving
+from tests.test_overrides import PAIRS, ec, overridden, stack_status
+
+EXAMPLES = load_docs(EXAMPLE / "environmentconfigs")
+BANK = next(d for d in EXAMPLES if d["metadata"]["name"] == "bank-mirror")
+INPUT_CRD = REPO / "package" / "input" / "servingstack.fn.modelplane.ai_inputs.yaml"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with serving(["function.main", "--insecure"]) as (target, _):
+        yield target
+
+
+def over_grpc(target: str, xr: dict[str, Any], required: list[dict[str, Any]], **kw: Any) -> RenderResult:
+    return asyncio.run(run_pipeline(grpc_runner(target), xr=xr, observed=provider_configs(xr), required=required, **kw))
+
+
+def lab_xr(accelerator: str = "NVIDIA") -> dict[str, Any]:
+    xr = make_xr("Existing", accelerator)
+    xr["metadata"]["name"] = "lab-gpu-1"
+    xr["metadata"]["labels"] = {"modelplane.ai/environment": "dev"}
+    return xr
+
+
+def crd_problems(result: RenderResult) -> dict[str, list[str]]:
+    docs = {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in render_documents(result)[1:]
+    }
+    return {key: errs for key, d in docs.items() if (errs := k8s_schema.validate(d))}
+
+
+def test_requirements_loop_over_grpc_with_environment_configs_as_required_resources(server: str) -> None:
+    xr = make_xr("GKE")
+    configs = [*EXAMPLES, ec("unrelated", {"components": {"cert-manager": {"replicas": 9}}}, labels={"x": "y"})]
+    result = over_grpc(server, xr, configs)
+    assert result.calls == 2  # ask, then render with the same requirements
+    assert stack_status(result)["environmentConfigs"] == ["bank-mirror", "prod-hold"]
+    got = desired(result)
+    assert got["cert-manager"]["spec"]["forProvider"]["chart"]["version"] == "v1.17.1"
+    assert got["cert-manager"]["spec"]["forProvider"]["values"].get("replicaCount") != 9
+    in_process = overridden(xr, *configs)
+    assert result.desired.SerializeToString(deterministic=True) == in_process.desired.SerializeToString(
+        deterministic=True
+    )
+
+
+def test_a_missing_required_environment_config_is_fatal_over_grpc(server: str) -> None:
+    xr = make_xr("GKE")
+    spec = {"names": [{"name": "bank-mirror"}]}
+    step = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input", "spec": spec}
+    with pytest.raises(Exception, match="EnvironmentConfig bank-mirror not found"):
+        over_grpc(server, xr, [], input=step)
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
+def test_bank_scenario_passes_strict_and_validates_against_the_crds(cloud: str, accelerator: str) -> None:
+    result = overridden(make_xr(cloud, accelerator), BANK)
+    assert not any(r.severity == 1 for r in result.results)
+    got = desired(result)
+    assert got["envoy-gateway"]["spec"]["forProvider"]["values"]["podDisruptionBudget"] == {"minAvailable": 1}
+    assert crd_problems(result) == {}
+
+
+@pytest.mark.parametrize("accelerator", ["NVIDIA", "AMD"])
+def test_examples_on_a_byo_lab_cluster_validate_against_the_crds(accelerator: str) -> None:
+    result = overridden(lab_xr(accelerator), *EXAMPLES)
+    applied = stack_status(result)["environmentConfigs"]
+    assert applied == ["bank-mirror", "byo-cluster", "gpu-pools"]
+    got = desired(result)
+    assert "cert-manager" not in got and "prometheus" not in got  # BYO: never installed by us
+    driver = got["driver-b300"]["spec"]["forProvider"]["manifest"]
+    assert driver["kind"] == ("NVIDIADriver" if accelerator == "NVIDIA" else "DeviceConfig")
+    if accelerator == "NVIDIA":
+        assert driver["spec"]["repository"] == "artifactory.bank.example/nvcr/nvidia"
+    assert k8s_schema.covered(driver)
+    assert crd_problems(result) == {}
+
+
+def test_example_input_crd_accepts_the_inputs_the_function_accepts() -> None:
+    index = k8s_schema.CRDIndex([INPUT_CRD])
+    good: dict[str, Any] = {
+        "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
+        "kind": "Input",
+        "metadata": {"name": "x"},
+        "spec": {"selectors": [{"matchLabels": {"a": "b"}, "policy": "Required"}], "names": [{"name": "bank"}]},
+    }
+    assert index.validate(good) == []
+    bad = copy.deepcopy(good)
+    bad["spec"]["names"][0]["policy"] = "Maybe"
+    assert index.validate(bad)
+    # And the function reads what the CRD describes.
+    good["spec"]["selectors"][0]["policy"] = "Optional"
+    result = overridden(make_xr("GKE"), ec("bank", {}, labels={}), input=good)
+    assert stack_status(result)["environmentConfigs"] == ["bank"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "function.main", *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
+
+
+def test_cli_explain_names_the_source_of_every_field() -> None:
+    out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "EnvironmentConfigs applied, in order: bank-mirror, prod-hold" in text
+    assert "cert-manager: Release, Managed, from aicr:cert-manager; changed by bank-mirror, prod-hold" in text
+    section = text.split("\ncert-manager: ", 1)[1].split("\n\n", 1)[0]
+    lines = {line.split()[0]: line for line in section.splitlines() if line.startswith("  ")}
+    assert lines["chart.version"].endswith("[prod-hold]")
+    assert "[generated]" in lines["values.crds.keep"]
+    changed = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "--only-changed").stdout
+    assert "[generated]" not in changed and "gateway-namespace" not in changed
+
+
+def test_cli_explain_yaml_and_errors() -> None:
+    out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "-O", "yaml")
+    data = yaml.safe_load(out.stdout)
+    assert data["environmentConfigs"] == ["bank-mirror", "prod-hold"]
+    cm = next(c for c in data["components"] if c["name"] == "cert-manager")
+    assert {"path": "chart.version", "value": "v1.17.1", "from": "prod-hold"} in cm["fields"]
+    plain = yaml.safe_load(_cli("explain", "example/xr.yaml", "-O", "yaml").stdout)
+    assert plain["environmentConfigs"] == [] and all(
+        f["from"] == "generated" for c in plain["components"] for f in c["fields"]
+    )
+
+
+def test_cli_explain_of_a_bad_document_fails_in_one_line(tmp_path: Any) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(ec("bad", {"components": {"nope": {}}})))
+    out = _cli("explain", "example/xr.yaml", "-e", str(bad))
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "EnvironmentConfig bad: data.servingStack.components.nope" in out.stderr
+
+
+def test_cli_render_takes_environment_config_files() -> None:
+    out = _cli("render", "example/xr.yaml", "-o", "example/observed/", "-e", "example/environmentconfigs/", "-r")
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    release = next(
+        d
+        for d in docs
+        if d.get("kind") == "Release"
+        and d["metadata"]["annotations"].get("crossplane.io/composition-resource-name") == "cert-manager"
+    )
+    assert release["metadata"]["annotations"]["servingstack.modelplane.ai/overridden-by"] == "bank-mirror,prod-hold"
+    assert any(d.get("kind") == "Result" and "EnvironmentConfigs applied" in d["message"] for d in docs)
+
+
+def test_without_overrides_the_rendered_output_is_unchanged_by_the_layer() -> None:
+    xr = make_xr("GKE")
+    assert desired(render(xr)) == desired(overridden(xr))
