@@ -390,15 +390,15 @@ INPUT = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input"}
 
 def test_input_names_a_required_environment_config_and_missing_is_fatal() -> None:
     xr = make_xr("GKE")
-    spec = {"selectors": [], "names": [{"name": "bank-mirror"}]}
+    spec = {"selectors": [], "names": [{"name": "regulated-bank"}]}
     message = fatal(xr, input={**INPUT, "spec": spec})
-    assert "EnvironmentConfig bank-mirror not found" in message and "Required" in message
+    assert "EnvironmentConfig regulated-bank not found" in message and "Required" in message
     # Present (without the default label): applied.
-    mirror = ec("bank-mirror", mirror_all(strict=False), labels={})
+    mirror = ec("regulated-bank", mirror_all(strict=False), labels={})
     got = desired(overridden(xr, mirror, input={**INPUT, "spec": spec}))
     assert got["cert-manager"]["spec"]["forProvider"]["chart"]["repository"] == "oci://mirror.example.com/charts"
     # Optional and missing: the generated stack.
-    optional = {"selectors": [], "names": [{"name": "bank-mirror", "policy": "Optional"}]}
+    optional = {"selectors": [], "names": [{"name": "regulated-bank", "policy": "Optional"}]}
     assert desired(overridden(xr, input={**INPUT, "spec": optional})) == desired(render(xr))
 
 

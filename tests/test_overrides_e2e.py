@@ -19,7 +19,7 @@ from tests.serve import serving
 from tests.test_overrides import PAIRS, ec, overridden, stack_status
 
 EXAMPLES = load_docs(EXAMPLE / "environmentconfigs")
-BANK = next(d for d in EXAMPLES if d["metadata"]["name"] == "bank-mirror")
+BANK = next(d for d in EXAMPLES if d["metadata"]["name"] == "regulated-bank")
 INPUT_CRD = REPO / "package" / "input" / "servingstack.fn.modelplane.ai_inputs.yaml"
 
 
@@ -52,7 +52,7 @@ def test_requirements_loop_over_grpc_with_environment_configs_as_required_resour
     configs = [*EXAMPLES, ec("unrelated", {"components": {"cert-manager": {"replicas": 9}}}, labels={"x": "y"})]
     result = over_grpc(server, xr, configs)
     assert result.calls == 2  # ask, then render with the same requirements
-    assert stack_status(result)["environmentConfigs"] == ["bank-mirror", "prod-hold"]
+    assert stack_status(result)["environmentConfigs"] == ["regulated-bank", "prod-hold"]
     got = desired(result)
     assert got["cert-manager"]["spec"]["forProvider"]["chart"]["version"] == "v1.17.1"
     assert got["cert-manager"]["spec"]["forProvider"]["values"].get("replicaCount") != 9
@@ -64,9 +64,9 @@ def test_requirements_loop_over_grpc_with_environment_configs_as_required_resour
 
 def test_a_missing_required_environment_config_is_fatal_over_grpc(server: str) -> None:
     xr = make_xr("GKE")
-    spec = {"names": [{"name": "bank-mirror"}]}
+    spec = {"names": [{"name": "regulated-bank"}]}
     step = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input", "spec": spec}
-    with pytest.raises(Exception, match="EnvironmentConfig bank-mirror not found"):
+    with pytest.raises(Exception, match="EnvironmentConfig regulated-bank not found"):
         over_grpc(server, xr, [], input=step)
 
 
@@ -83,7 +83,7 @@ def test_bank_scenario_passes_strict_and_validates_against_the_crds(cloud: str, 
 def test_examples_on_a_byo_lab_cluster_validate_against_the_crds(accelerator: str) -> None:
     result = overridden(lab_xr(accelerator), *EXAMPLES)
     applied = stack_status(result)["environmentConfigs"]
-    assert applied == ["bank-mirror", "byo-cluster", "gpu-pools"]
+    assert applied == ["regulated-bank", "byo-cluster", "gpu-pools"]
     got = desired(result)
     assert "cert-manager" not in got and "prometheus" not in got  # BYO: never installed by us
     driver = got["driver-b300"]["spec"]["forProvider"]["manifest"]
@@ -122,8 +122,8 @@ def test_cli_explain_names_the_source_of_every_field() -> None:
     out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/")
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "EnvironmentConfigs applied, in order: bank-mirror, prod-hold" in text
-    assert "cert-manager: Release, Managed, from aicr:cert-manager; changed by bank-mirror, prod-hold" in text
+    assert "EnvironmentConfigs applied, in order: regulated-bank, prod-hold" in text
+    assert "cert-manager: Release, Managed, from aicr:cert-manager; changed by regulated-bank, prod-hold" in text
     section = text.split("\ncert-manager: ", 1)[1].split("\n\n", 1)[0]
     lines = {line.split()[0]: line for line in section.splitlines() if line.startswith("  ")}
     assert lines["chart.version"].endswith("[prod-hold]")
@@ -135,7 +135,7 @@ def test_cli_explain_names_the_source_of_every_field() -> None:
 def test_cli_explain_yaml_and_errors() -> None:
     out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "-O", "yaml")
     data = yaml.safe_load(out.stdout)
-    assert data["environmentConfigs"] == ["bank-mirror", "prod-hold"]
+    assert data["environmentConfigs"] == ["regulated-bank", "prod-hold"]
     cm = next(c for c in data["components"] if c["name"] == "cert-manager")
     assert {"path": "chart.version", "value": "v1.17.1", "from": "prod-hold"} in cm["fields"]
     plain = yaml.safe_load(_cli("explain", "example/xr.yaml", "-O", "yaml").stdout)
@@ -162,7 +162,7 @@ def test_cli_render_takes_environment_config_files() -> None:
         if d.get("kind") == "Release"
         and d["metadata"]["annotations"].get("crossplane.io/composition-resource-name") == "cert-manager"
     )
-    assert release["metadata"]["annotations"]["servingstack.modelplane.ai/overridden-by"] == "bank-mirror,prod-hold"
+    assert release["metadata"]["annotations"]["servingstack.modelplane.ai/overridden-by"] == "regulated-bank,prod-hold"
     assert any(d.get("kind") == "Result" and "EnvironmentConfigs applied" in d["message"] for d in docs)
 
 

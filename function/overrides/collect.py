@@ -81,7 +81,7 @@ class Document:
     """One override document: where it came from (for messages) and what it says."""
 
     name: str  # the EnvironmentConfig's name, or CONTEXT_DOCUMENT
-    where: str  # "EnvironmentConfig bank-mirror: data.servingStack"
+    where: str  # "EnvironmentConfig regulated-bank: data.servingStack"
     doc: OverrideDocument
     digest: bytes  # of its serialized content: plans are cached by it
 
@@ -148,8 +148,9 @@ def _parse_config(item: fnv1.Resource, require_document: bool) -> Document | Non
     cached = _PARSED.get(digest)
     if cached is None:
         raw = resource.struct_to_dict(item.resource)
-        name = str((raw.get("metadata") or {}).get("name", "?"))
-        body = (raw.get("data") or {}).get(DOCUMENT_KEY)
+        meta, data = raw.get("metadata"), raw.get("data")
+        name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
+        body = data.get(DOCUMENT_KEY) if isinstance(data, dict) else None
         doc = None if body is None else _validate(body, f"EnvironmentConfig {name}", f"data.{DOCUMENT_KEY}")
         cached = (name, doc)
         _PARSED[digest] = cached

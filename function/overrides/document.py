@@ -8,7 +8,6 @@ but nothing else (no ``"2"`` for a replica count, no ``"yes"`` for a flag).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
@@ -181,6 +180,3 @@ class OverrideDocument(_Strict):
 def driver_key(name: str) -> str:
     """The composed resource key of a per-pool driver resource."""
     return f"driver-{name}"
-
-
-DRIVER_KEY = re.compile(r"^driver-")
