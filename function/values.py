@@ -21,3 +21,12 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def drop_nulls(node: Any) -> Any:
+    """``node`` without the map keys whose value is ``None``, at any depth."""
+    if isinstance(node, dict):
+        return {k: drop_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [drop_nulls(v) for v in node]
+    return node

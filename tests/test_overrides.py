@@ -229,6 +229,30 @@ def test_values_merge_the_helm_way() -> None:
     }
 
 
+def test_manifest_patches_harden_raw_objects_and_name_their_source() -> None:
+    xr = make_xr("GKE")
+    hardening = {
+        "spec": {
+            "provider": {
+                "kubernetes": {
+                    "envoyDeployment": {"replicas": 2, "pod": {"securityContext": {"runAsNonRoot": True}}},
+                    "envoyPDB": {"minAvailable": 1},
+                    "envoyService": {"externalTrafficPolicy": None},
+                }
+            }
+        }
+    }
+    got = desired(overridden(xr, ec("harden", {"components": {"gateway-proxy": {"manifest": hardening}}})))
+    proxy = got["gateway-proxy"]
+    kubernetes = proxy["spec"]["forProvider"]["manifest"]["spec"]["provider"]["kubernetes"]
+    assert kubernetes["envoyDeployment"] == {"replicas": 2, "pod": {"securityContext": {"runAsNonRoot": True}}}
+    assert kubernetes["envoyPDB"] == {"minAvailable": 1}
+    # null deletes the key outright: a manifest is applied as written, no nulls travel.
+    assert kubernetes["envoyService"] == {}
+    assert proxy["spec"]["forProvider"]["manifest"]["spec"]["provider"]["type"] == "Kubernetes"
+    assert proxy["metadata"]["annotations"][OVERRIDDEN_BY] == "harden"
+
+
 def test_shortcuts_write_at_the_paths_the_stack_declares() -> None:
     xr = make_xr("GKE")
     doc = {
@@ -277,8 +301,9 @@ def test_resources_shortcut_merges_with_generated_resources() -> None:
         (
             "gateway",
             {"values": {"a": 1}},
-            "raw manifest (Object), not a Helm release; the only field it takes is state",
+            "raw manifest (Object), not a Helm release; the fields it takes are state and manifest",
         ),
+        ("envoy-gateway", {"manifest": {"a": 1}}, "is a Helm release (chart gateway-helm), not a raw manifest"),
         ("cert-manager", {"replicas": "two"}, "components.cert-manager.replicas: Input should be a valid integer"),
         ("cert-manager", {"state": "Gone"}, "Input should be 'Managed', 'Unmanaged' or 'Removed'"),
         ("cert-manager", {"replica": 2}, "components.cert-manager.replica: unknown field"),

@@ -273,9 +273,10 @@ def test_strict_is_sticky_across_documents() -> None:
 
 
 def test_strict_warns_about_images_whose_default_the_stack_does_not_record() -> None:
+    # Envoy Gateway's controller picks the proxy image itself unless values name one.
     result = overridden(make_xr("Existing"), ec("mirror", mirror_all()))
     warnings = [r.message for r in result.results if r.severity == 2]
-    assert any("gpu-operator image vgpu-manager-driver-manager" in w for w in warnings)
+    assert any("envoy-gateway image envoy-proxy" in w for w in warnings)
 
 
 # --------------------------------------------------------------------------- #

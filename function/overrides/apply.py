@@ -20,7 +20,7 @@ from function.compose import MANAGED, REMOVED, UNMANAGED, Planned, component_bod
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import ChartRef, Component, Stack
-from function.values import deep_merge
+from function.values import deep_merge, drop_nulls
 
 from . import images
 from .collect import Document, Found
@@ -78,9 +78,14 @@ def _check_fields(comp: Component, over: ComponentOverride, where: str) -> None:
         if given:
             raise InputError(
                 f"{where}.{given[0]}: {comp.key} is a raw manifest (Object), not a Helm release; "
-                "the only field it takes is state"
+                "the fields it takes are state and manifest"
             )
         return
+    if over.manifest is not None:
+        raise InputError(
+            f"{where}.manifest: {comp.key} is a Helm release (chart {comp.chart.name if comp.chart else '?'}), "
+            "not a raw manifest; change it through values or the shortcuts"
+        )
     offered = [s for s, attr in SHORTCUT_PATHS.items() if getattr(comp, attr)]
     for shortcut in over.shortcuts():
         if not getattr(comp, SHORTCUT_PATHS[shortcut]):
@@ -251,21 +256,36 @@ def _chart(comp: Component, acc: _Acc, mirrors: Mirrors) -> ChartRef | None:
     return chart
 
 
-def _manifest(comp: Component, acc: _Acc, mirrors: Mirrors, found: list[images.Found]) -> Component:
-    if not (mirrors.images or mirrors.image_pull_secrets) or not any(images.pod_containers(comp.manifest)):
+def _manifest(
+    comp: Component,
+    acc: _Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    found: list[images.Found],
+) -> Component:
+    manifest = comp.manifest
+    for origin, patch in layers:
+        manifest = deep_merge(manifest, patch)
+        for path in leaves(patch, "manifest"):
+            acc.touch(origin, path)
+    if layers:
+        # Unlike Helm values, a manifest is applied as written: null means
+        # "not there", so deleted keys go rather than travel as nulls.
+        manifest = drop_nulls(manifest)
+    if not (mirrors.images or mirrors.image_pull_secrets) or not any(images.pod_containers(manifest)):
         found.extend(
             images.Found(comp.key, f"manifest.{path}.image", c["image"])
-            for c, path, _ in images.pod_containers(comp.manifest)
+            for c, path, _ in images.pod_containers(manifest)
         )
-        return comp
-    manifest = copy.deepcopy(comp.manifest)
+        return dataclasses.replace(comp, manifest=manifest) if layers else comp
+    manifest = copy.deepcopy(manifest)
     changes, seen = images.rewrite_manifest(
         manifest, mirrors.images, mirrors.image_pull_secrets, mirrors.image_pull_secrets_by, comp.key
     )
     found.extend(seen)
     for change in changes:
         acc.touch(change.origin, f"manifest.{change.path}")
-    return dataclasses.replace(comp, manifest=manifest) if changes else comp
+    return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
 
 
 def _check_removed(
@@ -312,7 +332,7 @@ class _Planner:
                 acc.touch(d.name, "state")
             if over.version is not None:
                 self._version(comp, acc, over.version, d.name, at)
-            patch = _values_patch(comp, over, d.name, at)
+            patch = _values_patch(comp, over, d.name, at) if comp.is_release else over.manifest
             if patch:
                 acc.patches.append((d.name, patch))
         self.registry.add(d)
@@ -381,7 +401,7 @@ class _Planner:
                 new = (
                     _release(comp, acc, layers, mirrors, self.found)
                     if comp.is_release
-                    else _manifest(comp, acc, mirrors, self.found)
+                    else _manifest(comp, acc, acc.patches, mirrors, self.found)
                 )
                 planned.append(Planned(new, MANAGED, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:

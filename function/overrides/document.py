@@ -146,6 +146,9 @@ class ComponentOverride(_Strict):
     # One reference for a component with one image, or {image name: reference}.
     image: NonEmpty | dict[str, NonEmpty] | None = None
     podDisruptionBudget: PodDisruptionBudget | None = None  # noqa: N815
+    # Deep merge onto a raw manifest (Object components): maps merge, lists
+    # replace, null deletes the key.
+    manifest: dict[str, Any] | None = None
 
     def shortcuts(self) -> tuple[str, ...]:
         """The value shortcuts this override uses (each needs declared value paths)."""
