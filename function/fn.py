@@ -66,7 +66,7 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
-        plan, notes = overrides.plan(chosen, xr, found, Observed(req.observed.resources))
+        plan, notes = overrides.plan(chosen, found)
         renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))

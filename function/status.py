@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
-from functools import lru_cache
 from typing import Any
 
 from crossplane.function import resource
 from google.protobuf import struct_pb2
 
-from function.compose import Planned, renderer
+from function.compose import Planned
 from function.overrides import Found
 from function.stack import Stack
 
@@ -36,16 +36,23 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
     }
 
 
-@lru_cache(maxsize=256)
-def _unchanged_stack_status(stack: Stack, rendered: frozenset[str]) -> struct_pb2.Struct:
-    return resource.dict_to_struct(stack_status(stack, renderer(stack).plan, Found(), rendered))
+# (stack, applied documents, rendered keys) -> status.stack: the status is a
+# function of these alone, and converting it is the costliest step left on
+# the hot path. Distinct combinations in use at once: a few per fleet.
+_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...], frozenset[str]], struct_pb2.Struct] = OrderedDict()
+_CACHE_MAX = 512
 
 
 def write_stack_status(
     status: struct_pb2.Struct, stack: Stack, plan: Sequence[Planned], found: Found, rendered: Collection[str]
 ) -> None:
-    """Set ``status.stack``; the common case (no overrides) is converted once, not per reconcile."""
-    if plan is renderer(stack).plan and not found.applied:
-        status.get_or_create_struct("stack").CopyFrom(_unchanged_stack_status(stack, frozenset(rendered)))
+    """Set ``status.stack``, converted once per distinct (stack, documents, rendered keys)."""
+    key = (stack, found.fingerprint, frozenset(rendered))
+    cached = _CACHE.get(key)
+    if cached is None:
+        cached = _CACHE[key] = resource.dict_to_struct(stack_status(stack, plan, found, rendered))
+        if len(_CACHE) > _CACHE_MAX:
+            _CACHE.popitem(last=False)
     else:
-        status["stack"] = stack_status(stack, plan, found, rendered)
+        _CACHE.move_to_end(key)
+    status.get_or_create_struct("stack").CopyFrom(cached)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from function.compose import MANAGED, REMOVED, UNMANAGED, Observed, Planned
-from function.model import ServingStack
+from function.compose import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import Stack
 
 from . import apply
@@ -19,7 +18,7 @@ from .collect import Document, Found, collect
 __all__ = ["Document", "Found", "collect", "plan", "summary"]
 
 
-def plan(stack: Stack, xr: ServingStack, found: Found, observed: Observed) -> tuple[Sequence[Planned], list[str]]:
+def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
     """The planned components for one XR, and warnings for the user.
 
     Depends only on the stack and the documents that apply to the XR; whether
