@@ -109,12 +109,6 @@ class Stack:
     driver: DriverSource
     components: tuple[Component, ...]
 
-    def component(self, key: str) -> Component | None:
-        return next((c for c in self.components if c.key == key), None)
-
-    def keys(self) -> tuple[str, ...]:
-        return tuple(c.key for c in self.components)
-
 
 def _image(raw: dict[str, Any]) -> ImageRef:
     return ImageRef(
