@@ -98,6 +98,7 @@ class DriverSource:
     # Operator values that make it reconcile per-pool resources instead of its own driver.
     operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
+    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
 
 
 @dataclass(frozen=True, eq=False)  # identity-hashed: cached renderers are keyed by it
@@ -169,6 +170,7 @@ def stack_from_data(raw: dict[str, Any]) -> Stack:
             node_selector_path=driver.get("nodeSelectorPath", ""),
             operator_values=driver.get("operatorValues", {}),
             images=tuple(_image(i) for i in driver.get("images", ())),
+            image_pull_secret_names=tuple(driver.get("imagePullSecretNames", ())),
         ),
         components=tuple(_component(c) for c in raw["components"]),
     )

@@ -247,6 +247,7 @@ def build_stack(
             nodeSelectorPath=res.nodeSelectorPath,
             operatorValues=res.operatorValues,
             images=[i.model_dump(exclude_none=True) for i in res.images],
+            imagePullSecretNames=res.imagePullSecretNames,
         )
     return {
         "id": stack_file.id,

@@ -94,6 +94,7 @@ class DriverResource(_Strict):
     # Operator values that make it reconcile these resources instead of its own default driver.
     operatorValues: dict[str, Any] = Field(default_factory=dict)  # noqa: N815
     images: list[ImageSpec] = Field(default_factory=list)
+    imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking lists of names
 
 
 class AicrSource(_Strict):

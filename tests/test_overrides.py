@@ -363,6 +363,16 @@ def test_drivers_render_per_pool_resources_on_a_gpu_operator_stack() -> None:
     assert "usage-gpu-operator-by-driver-b300" in got and "usage-gpu-operator-by-driver-h100" in got
 
 
+def test_drivers_pull_from_the_mirror_with_its_pull_secret() -> None:
+    doc = {
+        "registry": {"images": [{"from": "nvcr.io", "to": "mirror.example.com/nvcr"}], "imagePullSecrets": ["pull"]},
+        "drivers": [{"name": "h100", "nodeSelector": {"modelplane.ai/pool": "h100"}, "version": "570.195.03"}],
+    }
+    spec = desired(overridden(make_xr("Existing"), ec("pools", doc)))["driver-h100"]["spec"]["forProvider"]
+    assert spec["manifest"]["spec"]["repository"] == "mirror.example.com/nvcr/nvidia"
+    assert spec["manifest"]["spec"]["imagePullSecrets"] == ["pull"]
+
+
 def test_drivers_on_an_amd_stack_render_device_configs() -> None:
     got = desired(
         overridden(
