@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -83,8 +84,42 @@ def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
     return docs
 
 
+def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
+    """The inputs render and explain share: the XR, EnvironmentConfigs and the function Input."""
+    for option in reversed(
+        (
+            click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
+            click.option(
+                "--required-resources",
+                "-e",
+                "required",
+                multiple=True,
+                type=click.Path(exists=True, path_type=Path),
+                help="EnvironmentConfigs and other required resources (file or directory).",
+            ),
+            click.option(
+                "--input",
+                "input_file",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="The function's Input (as in the Composition's pipeline step).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _read_one(path: Path | None, what: str) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    docs = _read_documents((path,))
+    if len(docs) != 1:
+        _fail(f"{path}: expected one {what}, found {len(docs)} documents")
+    return docs[0]
+
+
 @cli.command()
-@click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_render_inputs
 @click.option(
     "--observed",
     "-o",
@@ -92,20 +127,6 @@ def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
     multiple=True,
     type=click.Path(exists=True, path_type=Path),
     help="Observed composed resources (file or directory), as crossplane render -o.",
-)
-@click.option(
-    "--required-resources",
-    "-e",
-    "required",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="EnvironmentConfigs and other required resources (file or directory).",
-)
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's Input (as in the Composition's pipeline step).",
 )
 @click.option("--include-function-results", "-r", "include_results", is_flag=True, help="Print results too.")
 @click.option("--include-context", "-c", "include_context", is_flag=True, help="Print the context too.")
@@ -121,16 +142,15 @@ def render(
     from function.render_loop import RenderError, dump_yaml, render_documents, run_pipeline
 
     logging.configure(logging.Level.DISABLED)
-    xrs = _read_documents((xr_file,))
-    if len(xrs) != 1:
-        _fail(f"{xr_file}: expected one ServingStack, found {len(xrs)} documents")
+    xr = _read_one(xr_file, "ServingStack")
+    assert xr is not None
     runner = FunctionRunner()
     try:
         result = asyncio.run(
             run_pipeline(
                 runner.RunFunction,
-                xr=xrs[0],
-                input=_read_documents((input_file,))[0] if input_file else None,
+                xr=xr,
+                input=_read_one(input_file, "Input"),
                 observed=_read_documents(observed),
                 required=_read_documents(required),
             )
@@ -142,21 +162,7 @@ def render(
 
 
 @cli.command()
-@click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--required-resources",
-    "-e",
-    "required",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="EnvironmentConfigs (file or directory), as for render.",
-)
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's Input (as in the Composition's pipeline step).",
-)
+@_render_inputs
 @click.option("--only-changed", is_flag=True, help="Show only components and fields an EnvironmentConfig changed.")
 @click.option(
     "--output",
@@ -177,15 +183,12 @@ def explain(
     from function.render_loop import dump_yaml, fetch_resources, to_jsonable
 
     logging.configure(logging.Level.DISABLED)
-    xrs = _read_documents((xr_file,))
-    if len(xrs) != 1:
-        _fail(f"{xr_file}: expected one ServingStack, found {len(xrs)} documents")
     supplied = _read_documents(required)
     try:
-        raw = to_jsonable(xrs[0])
+        raw = to_jsonable(_read_one(xr_file, "ServingStack"))
         xr = parse_xr(raw)
         chosen = select_stack(xr)
-        req = explaining.request_for(raw, to_jsonable(_read_documents((input_file,))[0]) if input_file else None)
+        req = explaining.request_for(raw, to_jsonable(_read_one(input_file, "Input")))
         found = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
         components, notes = explaining.explain(chosen, found)
     except InputError as err:
