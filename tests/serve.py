@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,29 +21,37 @@ def free_port() -> int:
         return port
 
 
+def wait_for_port(proc: subprocess.Popen[bytes], target: str, timeout: float = 30.0) -> None:
+    """Return once ``target`` accepts connections; fail if the server exits first."""
+    host, port = target.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"server exited with {proc.returncode}: {err}")
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), timeout=0.2):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"server on {target} did not start within {timeout}s")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def serving(module_args: Sequence[str], timeout: float = 30.0) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def serving(
+    module_args: Sequence[str], timeout: float = 30.0, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start ``python -m <module_args> --address 127.0.0.1:<port>``; yield (target, process) once it accepts."""
     port = free_port()
     target = f"127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", *module_args, "--address", target],
         cwd=REPO,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with {proc.returncode}: {proc.stderr.read().decode() if proc.stderr else ''}"
-                )
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"server on {target} did not start within {timeout}s")
-            time.sleep(0.05)
+        wait_for_port(proc, target, timeout)
         yield target, proc
     finally:
         proc.terminate()
