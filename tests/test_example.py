@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from function.model import ServingStackSpec
-from function.render_loop import grpc_runner, render_documents, run_composition
+from function.render_loop import grpc_runner, render_documents, run_composition, run_pipeline
 from tests import k8s_schema
 from tests.conftest import EXAMPLE, load_docs
 from tests.serve import serving
@@ -84,3 +84,21 @@ def test_example_composition_renders_through_the_served_function() -> None:
     names = [d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for d in docs[1:]]
     assert "gateway" in names and "gpu-operator" in names and "prometheus" in names
     assert docs[0]["status"]["stack"]["id"] == "gke-nvidia"
+
+
+def test_status_the_function_writes_fits_the_xrd(xr_index: k8s_schema.CRDIndex) -> None:
+    """Crossplane prunes status fields the XRD does not declare: every one we write must be declared."""
+    xr = load_docs(EXAMPLE / "xr.yaml")[0]
+    with serving(["function.main", "--insecure"]) as (target, _):
+        result = asyncio.run(
+            run_pipeline(
+                grpc_runner(target),
+                xr=xr,
+                observed=load_docs(EXAMPLE / "observed"),
+                required=load_docs(EXAMPLE / "environmentconfigs"),
+            )
+        )
+    status = render_documents(result)[0]["status"]
+    assert status["stack"]["environmentConfigs"]  # overrides applied: overriddenBy entries present too
+    status.pop("conditions")  # Crossplane's own, declared by the XRD machinery
+    assert xr_index.validate({**xr, "status": status}) == []
