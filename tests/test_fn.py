@@ -90,6 +90,10 @@ def test_prometheus_keeps_the_address_the_platform_uses() -> None:
 def test_dra_driver_finds_the_driver_where_the_stack_puts_it(cloud: str, root: str) -> None:
     release = desired(render(make_xr(cloud)))["dra-driver"]
     assert release["spec"]["forProvider"]["values"]["nvidiaDriverRoot"] == root
+    # ... and its kubelet plugin runs on the tainted GPU nodes.
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release["spec"]["forProvider"][
+        "values"
+    ]["kubeletPlugin"]["tolerations"]
     assert release["spec"]["forProvider"]["namespace"] == "dra-driver-nvidia-gpu"
 
 
