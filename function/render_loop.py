@@ -27,7 +27,7 @@ import datetime as dt
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import yaml
@@ -36,6 +36,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
 
 __all__ = [
     "ANNOTATION_COMPOSITION_RESOURCE_NAME",
@@ -196,9 +197,13 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return labels if isinstance(labels, Mapping) else {}
 
 
-def _copy_request(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRequest:
-    out = fnv1.RunFunctionRequest()
-    out.CopyFrom(req)
+_M = TypeVar("_M", bound=Message)
+
+
+def _copy(message: _M) -> _M:
+    """An independent copy of a protobuf message (the loop keeps and mutates requests)."""
+    out: _M = type(message)()
+    out.CopyFrom(message)
     return out
 
 
@@ -318,13 +323,13 @@ async def _run_with_requirements(
     schemas: Mapping[tuple[str, str], Mapping[str, Any]] | None,
     sent: list[fnv1.RunFunctionRequest],
 ) -> fnv1.RunFunctionResponse:
-    bootstrap_resources = {k: _copy_resources(v) for k, v in req.required_resources.items()}
-    bootstrap_schemas = {k: _copy_schema(v) for k, v in req.required_schemas.items()}
+    bootstrap_resources = {k: _copy(v) for k, v in req.required_resources.items()}
+    bootstrap_schemas = {k: _copy(v) for k, v in req.required_schemas.items()}
     previous: fnv1.Requirements | None = None
     rsp: fnv1.RunFunctionResponse | None = None
     for _ in range(MAX_REQUIREMENTS_ITERATIONS + 1):
-        call_req = _copy_request(req)
-        sent.append(_copy_request(req))
+        call_req = _copy(req)
+        sent.append(_copy(req))
         try:
             rsp = await run(call_req)
         except Exception as exc:
@@ -360,18 +365,6 @@ async def _run_with_requirements(
         step=step,
         response=rsp,
     )
-
-
-def _copy_resources(r: fnv1.Resources) -> fnv1.Resources:
-    out = fnv1.Resources()
-    out.CopyFrom(r)
-    return out
-
-
-def _copy_schema(s: fnv1.Schema) -> fnv1.Schema:
-    out = fnv1.Schema()
-    out.CopyFrom(s)
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -441,8 +434,8 @@ async def _run_steps(
         )
         result.calls += len(result.requests) - before
 
-        desired = _copy_state(rsp.desired) if rsp.HasField("desired") else None
-        fctx = _copy_struct(rsp.context) if rsp.HasField("context") else None
+        desired = _copy(rsp.desired) if rsp.HasField("desired") else None
+        fctx = _copy(rsp.context) if rsp.HasField("context") else None
         result.conditions.extend(rsp.conditions)
         if rsp.HasField("requirements"):
             reqs = fnv1.Requirements()
@@ -460,18 +453,6 @@ async def _run_steps(
     result.has_context = fctx is not None
     result.context = struct_to_dict(fctx) if fctx is not None else {}
     return result
-
-
-def _copy_state(s: fnv1.State) -> fnv1.State:
-    out = fnv1.State()
-    out.CopyFrom(s)
-    return out
-
-
-def _copy_struct(s: struct_pb2.Struct) -> struct_pb2.Struct:
-    out = struct_pb2.Struct()
-    out.CopyFrom(s)
-    return out
 
 
 async def run_pipeline(

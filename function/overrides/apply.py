@@ -198,6 +198,17 @@ class _Registry:
         )
 
 
+def _layered(
+    base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str, acc: _Acc
+) -> dict[str, Any]:
+    """``base`` with each document's patch deep-merged in order, every leaf credited to its document."""
+    for origin, patch in layers:
+        base = deep_merge(base, patch)
+        for path in leaves(patch, field_name):
+            acc.touch(origin, path)
+    return base
+
+
 def _release(
     comp: Component,
     acc: _Acc,
@@ -205,11 +216,7 @@ def _release(
     mirrors: Mirrors,
     found: list[images.Found],
 ) -> Component:
-    values = comp.values
-    for origin, patch in layers:
-        values = deep_merge(values, patch)
-        for path in leaves(patch, "values"):
-            acc.touch(origin, path)
+    values = _layered(comp.values, layers, "values", acc)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
         values = copy.deepcopy(values)  # deep_merge shares subtrees with the generated values
     for img in comp.images:
@@ -263,11 +270,7 @@ def _manifest(
     mirrors: Mirrors,
     found: list[images.Found],
 ) -> Component:
-    manifest = comp.manifest
-    for origin, patch in layers:
-        manifest = deep_merge(manifest, patch)
-        for path in leaves(patch, "manifest"):
-            acc.touch(origin, path)
+    manifest = _layered(comp.manifest, layers, "manifest", acc)
     if layers:
         # Unlike Helm values, a manifest is applied as written: null means
         # "not there", so deleted keys go rather than travel as nulls.
