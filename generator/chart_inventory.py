@@ -1,0 +1,243 @@
+"""Chart inventories: what the repository keeps from the pinned Helm chart sources.
+
+``python -m generator.chart_inventory --charts DIR --out facts/charts`` reads
+every chart source folder under DIR (``<chart>-<version>/`` with ``Chart.yaml``,
+``values.yaml`` and ``templates/``; ``../shared/charts`` here) and writes one
+``<chart>-<version>.yaml`` per folder:
+
+- ``chart``, ``version``, ``appVersion``, ``source`` (the folder's ``SOURCE`` line);
+- ``values``: the chart's default values, each dependency's defaults nested
+  under its alias (or name) with the parent's values for it layered on top, as
+  Helm coalesces them;
+- ``dependencies``: name, alias, version, condition, and whether its sources
+  were found (vendored under ``charts/`` or a sibling folder);
+- ``images``: every value path holding a container image, its shape and defaults;
+- ``templateValues``: every ``.Values.<path>`` the chart's templates (and its
+  found dependencies', prefixed with the alias) reference.
+
+Tests read these files, never the chart sources, so they run on a fresh clone;
+a parity test regenerates them where the sources exist.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from function.values import deep_merge
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "facts" / "charts"
+
+#: ``<chart>-<version>`` folder names; the version is the release the sources were read at.
+_FOLDER = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)$")
+
+#: Placeholders some charts keep in git and fill at release. Only those whose
+#: release value is a recorded fact are filled; any other stays as written.
+#: gateway-helm v1.8.1 ``values.tmpl.yaml``: the release sets ``${GatewayImage}``
+#: to the gateway image of the same tag (../shared/charts/README.md).
+_RELEASE_FILLS: dict[str, dict[str, str]] = {
+    "gateway-helm-v1.8.1": {"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1"},
+}
+
+#: Values a release script sets in the published chart over what git holds.
+#: lws v0.8.0: git says ``image.manager.tag: main``; the release sets the
+#: manager image to ``registry.k8s.io/lws/lws:v0.8.0`` (../shared/charts/README.md).
+_RELEASE_VALUES: dict[str, dict[str, Any]] = {
+    "lws-v0.8.0": {"image": {"manager": {"tag": "v0.8.0"}}},
+}
+
+#: Keys of a map that make it an image: charts split a reference into these.
+_IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "digest", "sha")
+
+_VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+
+
+class InventoryError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ChartSource:
+    """One chart's source folder (a top-level folder or a vendored dependency)."""
+
+    path: Path
+    folder: str  # the name release fills are keyed by
+
+    def chart_yaml(self) -> dict[str, Any]:
+        for name in ("Chart.yaml", "Chart.template.yaml"):
+            if (self.path / name).is_file():
+                data = yaml.safe_load((self.path / name).read_text())
+                return data if isinstance(data, dict) else {}
+        raise InventoryError(f"{self.path}: no Chart.yaml")
+
+    def values(self) -> dict[str, Any]:
+        for name in ("values.yaml", "values.tmpl.yaml"):
+            file = self.path / name
+            if file.is_file():
+                text = file.read_text()
+                for placeholder, value in _RELEASE_FILLS.get(self.folder, {}).items():
+                    text = text.replace(placeholder, value)
+                data = yaml.safe_load(text)
+                return deep_merge(data if isinstance(data, dict) else {}, _RELEASE_VALUES.get(self.folder, {}))
+        return {}
+
+    def template_values(self) -> set[str]:
+        found: set[str] = set()
+        templates = self.path / "templates"
+        if templates.is_dir():
+            for file in sorted(templates.rglob("*")):
+                if file.is_file() and file.suffix in (".yaml", ".yml", ".tpl", ".txt", ".json"):
+                    found.update(m.group(1)[1:] for m in _VALUES_REF.finditer(file.read_text()))
+        return found
+
+
+def _image_entries(values: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """Value paths that hold an image: maps split into parts, or strings under an ``*image`` key."""
+    out: list[dict[str, Any]] = []
+    if not isinstance(values, dict):
+        return out
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            parts = {p: value[p] for p in _IMAGE_PARTS if p in value and not isinstance(value[p], (dict, list))}
+            is_image = isinstance(value.get("repository"), str) or (
+                str(key).lower().endswith("image") and isinstance(value.get("image") or value.get("name"), str)
+            )
+            # An image's string parts are the image; only its nested maps may hold more images.
+            nested = {k: v for k, v in value.items() if isinstance(v, dict)} if is_image else value
+            if is_image:
+                out.append({"path": path, "shape": "+".join(sorted(parts)), "default": parts})
+            out += _image_entries(nested, path)
+        elif isinstance(value, str) and _names_an_image(str(key), value):
+            out.append({"path": path, "shape": "ref", "default": {"ref": value}})
+    return out
+
+
+def _names_an_image(key: str, value: str) -> bool:
+    """A string value that is one full image reference, judged by its key.
+
+    ``image``, ``*Image`` and KMM's ``relatedImage*`` env values are images;
+    ``imageRegistry``, ``*PullPolicy`` and ``*PullSecret`` name something else.
+    """
+    lowered = key.lower()
+    if "image" not in lowered or lowered.endswith(("pullpolicy", "pullsecret", "pullsecrets", "registry")):
+        return False
+    return lowered.endswith("image") or any(c in value for c in "/:")
+
+
+def _dependency_source(source: ChartSource, dep: dict[str, Any], charts_dir: Path) -> ChartSource | None:
+    """Where a dependency's sources are: vendored under ``charts/``, or a sibling folder at its version."""
+    name = str(dep.get("name", ""))
+    vendored = source.path / "charts" / name
+    if vendored.is_dir():
+        return ChartSource(vendored, f"{source.folder}/charts/{name}")
+    version = str(dep.get("version", ""))
+    sibling = charts_dir / f"{name}-{version}"
+    if sibling.is_dir():
+        return ChartSource(sibling, sibling.name)
+    return None
+
+
+def _collect(source: ChartSource, charts_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]], set[str]]:
+    """Coalesced values, dependency records and template value paths of a chart and its found dependencies."""
+    values = source.values()
+    templates = source.template_values()
+    deps: list[dict[str, Any]] = []
+    for dep in source.chart_yaml().get("dependencies") or []:
+        key = str(dep.get("alias") or dep["name"])
+        record = {k: str(dep[k]) for k in ("name", "alias", "version", "condition") if dep.get(k) is not None}
+        found = _dependency_source(source, dep, charts_dir)
+        record["sources"] = found.folder if found else "not in the chart sources"
+        deps.append(record)
+        if found is None:
+            continue
+        sub_values, sub_deps, sub_templates = _collect(found, charts_dir)
+        parent = values.get(key)
+        values[key] = deep_merge(sub_values, parent if isinstance(parent, dict) else {})
+        deps += [{**d, "parent": key + ("." + d["parent"] if "parent" in d else "")} for d in sub_deps]
+        templates |= {f"{key}.{p}" for p in sub_templates}
+    return values, deps, templates
+
+
+def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
+    match = _FOLDER.match(folder.name)
+    if match is None:
+        raise InventoryError(f"{folder}: folder name is not <chart>-<version>")
+    source = ChartSource(folder, folder.name)
+    meta = source.chart_yaml()
+    values, deps, templates = _collect(source, charts_dir)
+    app_version = str(meta.get("appVersion", ""))
+    if app_version in ("", "v0.0.0", "0.0.0"):
+        # Filled by the release tool (cert-manager's Chart.template.yaml): the release's own version.
+        app_version = match.group("version")
+    origin = (folder / "SOURCE").read_text().strip() if (folder / "SOURCE").is_file() else ""
+    release = {
+        "fills": _RELEASE_FILLS.get(folder.name, {}),
+        "values": _RELEASE_VALUES.get(folder.name, {}),
+    }
+    return {
+        "chart": str(meta.get("name") or match.group("chart")),
+        "version": match.group("version"),
+        "appVersion": app_version,
+        "source": origin,
+        # What the published chart differs in from its git sources, as recorded above.
+        "release": {k: v for k, v in release.items() if v},
+        "dependencies": deps,
+        "images": _image_entries(values),
+        "templateValues": sorted(templates),
+        "values": values,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    header = (
+        "# Chart inventory written by `python -m generator.chart_inventory` from the chart's pinned sources;\n"
+        "# do not edit. Refresh with `./dev refresh`.\n"
+    )
+    body: str = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
+    return header + body
+
+
+def inventories(charts_dir: Path) -> dict[str, str]:
+    """Every inventory file's name and text for the chart folders under ``charts_dir``."""
+    if not charts_dir.is_dir():
+        raise InventoryError(f"{charts_dir}: no such directory")
+    files: dict[str, str] = {}
+    for folder in sorted(p for p in charts_dir.iterdir() if p.is_dir()):
+        files[f"{folder.name}.yaml"] = render(inventory(folder, charts_dir))
+    return files
+
+
+def write(charts_dir: Path, out: Path) -> list[str]:
+    """Write the inventories, removing stale ones; the names written."""
+    files = inventories(charts_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in {p.name for p in out.glob("*.yaml")} - set(files):
+        (out / stale).unlink()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    return sorted(files)
+
+
+@click.command()
+@click.option("--charts", "charts_dir", type=click.Path(path_type=Path), default=REPO.parent / "shared" / "charts")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
+def main(charts_dir: Path, out: Path) -> None:
+    """Write facts/charts/ from chart source folders."""
+    try:
+        names = write(charts_dir, out)
+    except (InventoryError, OSError, yaml.YAMLError) as err:
+        click.echo(f"chart_inventory: {err}", err=True)
+        sys.exit(2)
+    click.echo(f"wrote {len(names)} chart inventories to {out}")
+
+
+if __name__ == "__main__":
+    main()
