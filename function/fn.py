@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -11,11 +13,12 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function import overrides, stack
+from function import overrides, requestlog, stack
 from function.compose import Observed, renderer
 from function.errors import InputError, describe
 from function.model import KUBECONFIG, ServingStack
 from function.status import write_stack_status
+from function.transforms import Transform, apply_transforms
 
 
 def _xr_name(raw: dict[str, Any]) -> str:
@@ -56,8 +59,11 @@ def select_stack(xr: ServingStack) -> stack.Stack:
     return chosen
 
 
-def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    """Compose one request. Bad input becomes a Fatal result, never an exception."""
+def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.RunFunctionResponse:
+    """Compose one request. Bad input becomes a Fatal result, never an exception.
+
+    ``extra`` are a fork's transforms (:mod:`function.transforms`).
+    """
     rsp = response.to(req)
     try:
         raw = _xr_fields(req.observed.composite.resource)
@@ -68,6 +74,7 @@ def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan, notes = overrides.plan(chosen, found)
         renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
+        apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))
     status = rsp.desired.composite.resource.get_or_create_struct("status")
@@ -103,16 +110,24 @@ def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
-    """Serves RunFunction; every request is independent and never raises."""
+    """Serves RunFunction; every request is independent and never raises.
 
-    def __init__(self) -> None:
+    ``transforms`` edit the rendered resources before the response (a fork's
+    own rules, :mod:`function.transforms`).
+    """
+
+    def __init__(self, transforms: Sequence[Transform] = ()) -> None:
         self.log = logging.get_logger()
+        self.transforms = tuple(transforms)
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
+        start = time.perf_counter()
         try:
-            return run(req)
+            rsp = run(req, self.transforms)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
-            return _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
+            rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
+        requestlog.record(self.log, req, rsp, time.perf_counter() - start)
+        return rsp

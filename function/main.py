@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,9 +9,10 @@ from typing import Any, NoReturn
 
 import click
 import yaml
+from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import stack
+from function import server, stack
 from function.compose import renderer
 from function.fn import FunctionRunner
 from function.model import Accelerator, Cloud
@@ -32,44 +32,64 @@ def _warm_up() -> None:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs.")
+@sdkcli.standard_options
 @click.option(
-    "--address", default="0.0.0.0:9443", envvar="ADDRESS", show_default=True, help="Address to serve gRPC on."
+    "--reuse-port",
+    is_flag=True,
+    envvar="REUSE_PORT",
+    help="Let several processes serve one address (SO_REUSEPORT; the kernel spreads connections). "
+    "Off: a busy port is an error.",
 )
-@click.option(
-    "--tls-certs-dir",
-    "--tls-server-certs-dir",
-    envvar="TLS_SERVER_CERTS_DIR",
-    type=click.Path(path_type=Path),
-    help="Directory with tls.crt, tls.key and ca.crt (mTLS).",
-)
-@click.option("--insecure", is_flag=True, envvar="INSECURE", help="Serve without TLS (crossplane render, local work).")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool, address: str, tls_certs_dir: Path | None, insecure: bool) -> None:
-    """Serve the compose-serving-stack function, or render a ServingStack offline."""
+def cli(
+    ctx: click.Context,
+    debug: bool,
+    address: str,
+    tls_certs_dir: str | None,
+    insecure: bool,
+    max_recv_message_size: int,
+    max_send_message_size: int | None,
+    reuse_port: bool,
+) -> None:
+    """Serve the compose-serving-stack function, or render a ServingStack offline.
+
+    A fork passes its own runner: ``cli(obj=FunctionRunner(transforms=[...]))``.
+    """
     if ctx.invoked_subcommand is not None:
         return
+    # Not sdkcli.run: given --insecure and a certificates directory it binds a
+    # TLS and a plaintext listener on one address, and it takes no other options.
     logging.configure(logging.Level.DEBUG if debug else logging.Level.INFO)
     log = logging.get_logger()
     if insecure and tls_certs_dir is not None:
-        # Binding both would put a TLS and a plaintext listener on one address,
-        # and connections would land on either at random.
-        log.warning("--insecure given: ignoring the TLS certificates directory", dir=str(tls_certs_dir))
+        log.warning("--insecure given: ignoring the TLS certificates directory", dir=tls_certs_dir)
         tls_certs_dir = None
     if not insecure and tls_certs_dir is None:
         _fail("either --insecure or --tls-certs-dir (TLS_SERVER_CERTS_DIR) is required")
+    if max_recv_message_size <= 0 or (max_send_message_size is not None and max_send_message_size <= 0):
+        _fail("--max-recv-message-size and --max-send-message-size are in MB and must be positive")
     try:
-        creds = runtime.load_credentials(str(tls_certs_dir)) if tls_certs_dir is not None else None
+        creds = runtime.load_credentials(tls_certs_dir) if tls_certs_dir is not None else None
     except OSError as err:
         _fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
     _warm_up()
+    listen = server.Listen(
+        address=address,
+        creds=creds,
+        max_recv_mb=max_recv_message_size,
+        max_send_mb=max_send_message_size if max_send_message_size is not None else max_recv_message_size,
+        reuse_port=reuse_port,
+    )
     try:
-        # No SO_REUSEPORT: a second server on a busy port must fail, not
-        # silently share the port and split Crossplane's calls between two
-        # possibly different versions of the function.
-        runtime.serve(FunctionRunner(), address, creds=creds, insecure=insecure, options=[("grpc.so_reuseport", 0)])
+        server.serve(_runner(ctx), listen)
     except Exception as err:  # a server that cannot start says why in one line
         _fail(f"cannot serve on {address}: {err}")
+
+
+def _runner(ctx: click.Context) -> FunctionRunner:
+    """The fork's runner when it passed one as ``obj``, else the plain function."""
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, FunctionRunner) else FunctionRunner()
 
 
 def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
@@ -91,6 +111,7 @@ def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
             click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
             click.option(
                 "--required-resources",
+                "--extra-resources",
                 "-e",
                 "required",
                 multiple=True,
@@ -118,46 +139,102 @@ def _read_one(path: Path | None, what: str) -> dict[str, Any] | None:
     return docs[0]
 
 
+def _context(files: tuple[str, ...], values: tuple[str, ...]) -> dict[str, Any]:
+    """``--context-files``/``--context-values`` KEY=... pairs; values win on the same key, as in render."""
+    out: dict[str, Any] = {}
+    for flag, pairs in (("--context-files", files), ("--context-values", values)):
+        for pair in pairs:
+            key, sep, text = pair.partition("=")
+            if not sep or not key:
+                _fail(f"{flag} {pair}: expected KEY=VALUE")
+            if flag == "--context-files":
+                try:
+                    text = Path(text).read_text()
+                except OSError as err:
+                    _fail(f"{flag} {key}: cannot read {text}: {err.strerror}")
+            try:
+                out[key] = yaml.safe_load(text)
+            except yaml.YAMLError as err:
+                _fail(f"{flag} {key}: not JSON or YAML: {err}")
+    return out
+
+
+_PATHS = click.Path(exists=True, path_type=Path)
+
+
 @cli.command()
 @_render_inputs
+@click.argument("composition_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("functions_file", required=False, type=_PATHS)
 @click.option(
+    "--observed-resources",
     "--observed",
     "-o",
     "observed",
     multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="Observed composed resources (file or directory), as crossplane render -o.",
+    type=_PATHS,
+    help="Observed composed resources (file or directory).",
+)
+@click.option(
+    "--context-files",
+    multiple=True,
+    metavar="KEY=FILE",
+    help="Context key and a JSON/YAML file holding its value (repeatable).",
+)
+@click.option(
+    "--context-values",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Context key and its JSON/YAML value (repeatable); wins over --context-files.",
 )
 @click.option("--include-function-results", "-r", "include_results", is_flag=True, help="Print results too.")
+@click.option("--include-full-xr", "-x", "include_full_xr", is_flag=True, help="Print the XR's spec and metadata.")
 @click.option("--include-context", "-c", "include_context", is_flag=True, help="Print the context too.")
+@click.pass_context
 def render(
+    ctx: click.Context,
     xr_file: Path,
+    composition_file: Path | None,
+    functions_file: Path | None,
     observed: tuple[Path, ...],
     required: tuple[Path, ...],
     input_file: Path | None,
+    context_files: tuple[str, ...],
+    context_values: tuple[str, ...],
     include_results: bool,
+    include_full_xr: bool,
     include_context: bool,
 ) -> None:
-    """Render a ServingStack offline and print the result as crossplane render does."""
-    from function.render_loop import RenderError, dump_yaml, render_documents, run_pipeline
+    """Render a ServingStack offline and print the result as crossplane render does.
+
+    Takes crossplane render's arguments: XR [COMPOSITION [FUNCTIONS]]. With a
+    Composition, the function Input is its pipeline step's. FUNCTIONS is
+    accepted so a crossplane render command line works unchanged: the
+    function runs in process.
+    """
+    from function import offline
+    from function.render_loop import RenderError, dump_yaml, render_documents
 
     logging.configure(logging.Level.DISABLED)
     xr = _read_one(xr_file, "ServingStack")
     assert xr is not None
-    runner = FunctionRunner()
+    if functions_file is not None:
+        _read_documents((functions_file,))  # readable YAML, as render requires
     try:
-        result = asyncio.run(
-            run_pipeline(
-                runner.RunFunction,
-                xr=xr,
-                input=_read_one(input_file, "Input"),
-                observed=_read_documents(observed),
-                required=_read_documents(required),
-            )
+        result = offline.render(
+            _runner(ctx),
+            xr,
+            composition=_read_one(composition_file, "Composition"),
+            input=_read_one(input_file, "Input"),
+            observed=_read_documents(observed),
+            required=_read_documents(required),
+            context=_context(context_files, context_values),
+        )
+        docs = render_documents(
+            result, include_results=include_results, include_context=include_context, include_full_xr=include_full_xr
         )
     except RenderError as err:
         _fail(str(err))
-    docs = render_documents(result, include_results=include_results, include_context=include_context)
     click.echo(dump_yaml(docs), nl=False)
 
 

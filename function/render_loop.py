@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import grpc
-import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
+
+from function import goyaml
 
 __all__ = [
     "ANNOTATION_COMPOSITION_RESOURCE_NAME",
@@ -820,28 +821,11 @@ def render_documents(
     return out
 
 
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that never emits aliases (shared sub-objects are written out in full)."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
 def dump_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     """Dump documents the way render prints them: each one preceded by ``---``.
 
-    Keys are sorted (as Kubernetes' YAML serializer does), integral floats are
-    written as ints, long strings are not folded, so equal input gives equal bytes.
+    Quoting, key order and number format are go-yaml v2's, as the Crossplane
+    CLI writes them (:mod:`function.goyaml`); integral floats are written as
+    ints, so equal input gives equal bytes.
     """
-    parts: list[str] = []
-    for doc in docs:
-        body = yaml.dump(
-            normalize_numbers(to_jsonable(doc)),
-            Dumper=_Dumper,
-            sort_keys=True,
-            default_flow_style=False,
-            allow_unicode=True,
-            width=1 << 30,
-        )
-        parts.append("---\n" + body)
-    return "".join(parts)
+    return goyaml.dump_documents([normalize_numbers(to_jsonable(doc)) for doc in docs])

@@ -311,15 +311,15 @@ metadata:
   namespace: team-a
 status:
   conditions:
-  - lastTransitionTime: '2024-01-01T00:00:00Z'
+  - lastTransitionTime: "2024-01-01T00:00:00Z"
     message: 'Unready resources: pool'
     reason: Creating
-    status: 'False'
+    status: "False"
     type: Ready
-  - lastTransitionTime: '2024-01-01T00:00:00Z'
+  - lastTransitionTime: "2024-01-01T00:00:00Z"
     message: ok
     reason: Rendered
-    status: 'True'
+    status: "True"
     type: StackRendered
   gpuNodes: 2
   replicas: 3

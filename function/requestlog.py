@@ -1,0 +1,65 @@
+"""What the served function logs per request.
+
+* every Fatal at info, with the XR's name and the message (what an operator
+  reads in the function's pod logs when an XR stops reconciling);
+* with ``--debug``, one line per request: the XR, the stack, the override
+  documents applied, the result and how long it took.
+
+Fields are read from the request and the response alone (``status.stack``
+says which stack and which documents), so logging needs nothing from the
+runner's internals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+
+def _field(node: struct_pb2.Struct, *path: str) -> Any:
+    value: Any = node
+    for key in path:
+        if not isinstance(value, struct_pb2.Struct) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def xr_name(req: fnv1.RunFunctionRequest) -> str:
+    """``namespace/name`` of the observed XR (``?`` where missing)."""
+    xr = req.observed.composite.resource
+    name, namespace = _field(xr, "metadata", "name"), _field(xr, "metadata", "namespace")
+    name = name if isinstance(name, str) and name else "?"
+    return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+
+
+def outcome(rsp: fnv1.RunFunctionResponse) -> str:
+    """Fatal, Requirements (asked Crossplane for the override documents), Warning or Normal."""
+    severities = {r.severity for r in rsp.results}
+    if fnv1.SEVERITY_FATAL in severities:
+        return "Fatal"
+    if not rsp.desired.resources and rsp.requirements.resources:
+        return "Requirements"
+    return "Warning" if fnv1.SEVERITY_WARNING in severities else "Normal"
+
+
+def record(log: Any, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, seconds: float) -> None:
+    """Log one request: its Fatals at info, the summary line at debug."""
+    name = xr_name(req)
+    for r in rsp.results:
+        if r.severity == fnv1.SEVERITY_FATAL:
+            log.info("Fatal result", xr=name, message=r.message)
+    stack = _field(rsp.desired.composite.resource, "status", "stack")
+    stack_id = _field(stack, "id") if stack is not None else None
+    documents = _field(stack, "environmentConfigs") if stack is not None else None
+    log.debug(
+        "RunFunction",
+        xr=name,
+        stack=stack_id or "-",
+        documents=list(documents) if documents is not None else [],
+        result=outcome(rsp),
+        resources=len(rsp.desired.resources),
+        duration_ms=round(seconds * 1000, 2),
+    )

@@ -1,0 +1,95 @@
+"""Serving gRPC the way Crossplane runs a function, saying where and how.
+
+This is the SDK's ``runtime.serve`` (v1 and v1beta1 services, reflection,
+SIGTERM stops with the SDK's grace period) with what a platform team needs
+from its logs and its operators: one ``serving on ADDRESS (TLS|insecure)``
+line once the port is bound (the bound port, when ``:0`` was asked for),
+exactly one listener (the SDK binds a TLS and a plaintext one on the same
+address when given both), and ``SO_REUSEPORT`` only when asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from crossplane.function import logging, runtime
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from grpc_reflection.v1alpha import reflection
+
+_MB = 1024 * 1024
+# The generated registration helpers are untyped; call them through Any.
+_add_v1: Any = grpcv1.add_FunctionRunnerServiceServicer_to_server
+_add_v1beta1: Any = grpcv1beta1.add_FunctionRunnerServiceServicer_to_server
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where and how to listen."""
+
+    address: str
+    creds: grpc.ServerCredentials | None  # None: insecure
+    max_recv_mb: int
+    max_send_mb: int
+    # Off by default: a second server on a busy port must fail, not silently
+    # share the port and split Crossplane's calls between two possibly
+    # different versions of the function. On for deliberate scale-out on one
+    # host (several processes behind one address).
+    reuse_port: bool = False
+
+    def options(self) -> list[tuple[str, int]]:
+        # The SDK's cli.run builds the same two size options from the same flags.
+        return [
+            ("grpc.max_receive_message_length", self.max_recv_mb * _MB),
+            ("grpc.max_send_message_length", self.max_send_mb * _MB),
+            ("grpc.so_reuseport", 1 if self.reuse_port else 0),
+        ]
+
+
+def _bound_address(address: str, port: int) -> str:
+    host = address.rsplit(":", 1)[0]
+    return f"{host}:{port}"
+
+
+def serve(runner: grpcv1.FunctionRunnerServiceServicer, listen: Listen) -> None:
+    """Serve until SIGTERM (or SIGINT). Raises when the address cannot be bound."""
+    log = logging.get_logger()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    server = grpc.aio.server(options=listen.options())
+    _add_v1(runner, server)
+    _add_v1beta1(runtime.BetaFunctionRunner(wrapped=runner), server)
+    reflection.enable_server_reflection(runtime.SERVICE_NAMES, server)
+    if listen.creds is not None:
+        port = server.add_secure_port(listen.address, listen.creds)
+    else:
+        port = server.add_insecure_port(listen.address)
+
+    stopping: list[asyncio.Task[None]] = []  # keeps the task alive until it is done
+
+    def stop() -> None:
+        stopping.append(loop.create_task(server.stop(grace=runtime.SHUTDOWN_GRACE_PERIOD_SECONDS)))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+    async def run() -> None:
+        await server.start()
+        mode = "TLS" if listen.creds is not None else "insecure"
+        log.info(
+            f"serving on {_bound_address(listen.address, port)} ({mode})",
+            max_recv_message_size_mb=listen.max_recv_mb,
+            max_send_message_size_mb=listen.max_send_mb,
+            reuse_port=listen.reuse_port,
+        )
+        await server.wait_for_termination()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.run_until_complete(server.stop(grace=runtime.SHUTDOWN_GRACE_PERIOD_SECONDS))
+        loop.close()
