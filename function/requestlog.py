@@ -57,7 +57,7 @@ def record(log: Any, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse
     log.debug(
         "RunFunction",
         xr=name,
-        stack=stack_id or "-",
+        stack_id=stack_id or "-",  # not "stack": structlog renders that key as a stack trace
         documents=list(documents) if documents is not None else [],
         result=outcome(rsp),
         resources=len(rsp.desired.resources),

@@ -38,18 +38,28 @@ def wait_for_port(proc: subprocess.Popen[bytes], target: str, timeout: float = 3
 
 @contextlib.contextmanager
 def serving(
-    module_args: Sequence[str], timeout: float = 30.0, env: Mapping[str, str] | None = None
+    module_args: Sequence[str],
+    timeout: float = 30.0,
+    env: Mapping[str, str] | None = None,
+    *,
+    log: Path | None = None,
+    port: int | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start ``python -m <module_args> --address 127.0.0.1:<port>``; yield (target, process) once it accepts."""
-    port = free_port()
-    target = f"127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *module_args, "--address", target],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    """Start ``python -m <module_args> --address 127.0.0.1:<port>``; yield (target, process) once it accepts.
+
+    The server's log (stdout) goes to ``log`` when given (a file: a pipe nobody
+    reads would fill up and stall the server); ``port`` defaults to a free one.
+    """
+    target = f"127.0.0.1:{port or free_port()}"
+    with contextlib.ExitStack() as files:
+        stdout = files.enter_context(log.open("wb")) if log is not None else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [sys.executable, "-m", *module_args, "--address", target],
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+        )
     try:
         wait_for_port(proc, target, timeout)
         yield target, proc

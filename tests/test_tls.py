@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import ipaddress
+import time
 from pathlib import Path
 
 import grpc
@@ -69,6 +70,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes, Pem]:
     return server_dir, ca_pem, _pem(*_issue("crossplane", ca))
 
 
+def _wait_for(log: Path, text: str) -> str:
+    deadline = time.monotonic() + 10
+    while text not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return log.read_text()
+
+
 async def _call(channel: grpc.aio.Channel) -> fnv1.RunFunctionResponse:
     stub = grpcv1.FunctionRunnerServiceStub(channel)  # type: ignore[no-untyped-call]
     req = fnv1.RunFunctionRequest(
@@ -78,9 +86,11 @@ async def _call(channel: grpc.aio.Channel) -> fnv1.RunFunctionResponse:
     return rsp
 
 
-def test_serves_mtls_from_the_directory_crossplane_mounts(pki: tuple[Path, bytes, Pem]) -> None:
+def test_serves_mtls_from_the_directory_crossplane_mounts(pki: tuple[Path, bytes, Pem], tmp_path: Path) -> None:
     server_dir, ca_pem, (client_crt, client_key) = pki
-    with serving(["function.main"], env={"TLS_SERVER_CERTS_DIR": str(server_dir)}) as (address, _):
+    log = tmp_path / "log"
+    with serving(["function.main"], env={"TLS_SERVER_CERTS_DIR": str(server_dir)}, log=log) as (address, _):
+        assert f'"msg": "serving on {address} (TLS)"' in _wait_for(log, "serving on")
         creds = grpc.ssl_channel_credentials(ca_pem, client_key, client_crt)
 
         async def mutual() -> fnv1.RunFunctionResponse:
