@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -166,6 +167,13 @@ def _parse_config(item: fnv1.Resource, require_document: bool) -> Document | Non
             )
         return None
     return Document(name, f"EnvironmentConfig {name}: data.{DOCUMENT_KEY}", doc, digest)
+
+
+def parse_environment_config(obj: Mapping[str, Any]) -> Document | None:
+    """The override document of one EnvironmentConfig (None without one); InputError when it is bad."""
+    item = fnv1.Resource()
+    item.resource.update(dict(obj))
+    return _parse_config(item, require_document=False)
 
 
 def _validate(body: Any, obj: str, prefix: str) -> OverrideDocument:
