@@ -45,8 +45,37 @@ def xr_index(tmp_path_factory: pytest.TempPathFactory) -> k8s_schema.CRDIndex:
     return k8s_schema.CRDIndex([path])
 
 
-def test_example_xr_is_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex) -> None:
-    assert xr_index.validate(load_docs(EXAMPLE / "xr.yaml")[0]) == []
+@pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])
+def test_example_xr_is_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex, name: str) -> None:
+    assert xr_index.validate(load_docs(EXAMPLE / name)[0]) == []
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "context/composition.yaml",
+        "context/functions.yaml",
+        "context/environmentconfig.yaml",
+        "scale-out/function.yaml",
+    ],
+)
+def test_example_objects_are_valid_for_their_crds(name: str) -> None:
+    for doc in load_docs(EXAMPLE / name):
+        assert k8s_schema.covered(doc), f"no CRD for {doc['kind']}"
+        assert k8s_schema.validate(doc) == []
+
+
+def test_context_example_is_what_function_environment_configs_builds() -> None:
+    """Its fn.go merges the selected configs' data at the top level and adds apiVersion/kind."""
+    [config] = load_docs(EXAMPLE / "context" / "environmentconfig.yaml")
+    [environment] = load_docs(EXAMPLE / "context" / "environment.yaml")
+    assert environment == {"apiVersion": "internal.crossplane.io/v1alpha1", "kind": "Environment", **config["data"]}
+    [composition] = load_docs(EXAMPLE / "context" / "composition.yaml")
+    [select, compose] = composition["spec"]["pipeline"]
+    assert select["input"]["spec"]["environmentConfigs"] == [
+        {"type": "Reference", "ref": {"name": config["metadata"]["name"]}}
+    ]
+    assert compose["input"]["spec"] == {"selectors": []}  # the document arrives once, through the context
 
 
 def test_xrd_rejects_what_the_model_rejects(xr_index: k8s_schema.CRDIndex) -> None:
