@@ -40,18 +40,17 @@ from yaml.serializer import Serializer
 
 __all__ = ["dump", "go_tag", "key_less"]
 
-STR, BOOL, INT, FLOAT, NULL, TIMESTAMP, MERGE = (
-    f"tag:yaml.org,2002:{t}" for t in ("str", "bool", "int", "float", "null", "timestamp", "merge")
+STR, BOOL, INT, FLOAT, NULL, TIMESTAMP = (
+    f"tag:yaml.org,2002:{t}" for t in ("str", "bool", "int", "float", "null", "timestamp")
 )
 
-# resolve.go resolveMapList
+# resolve.go resolveMapList (its "<<" entry is never reached: "<" has no hint)
 _WORDS: dict[str, str] = {
     **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), BOOL),
     **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), BOOL),
     **dict.fromkeys(("", "~", "null", "Null", "NULL"), NULL),
     **dict.fromkeys((".nan", ".NaN", ".NAN", ".inf", ".Inf", ".INF"), FLOAT),
     **dict.fromkeys(("+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF"), FLOAT),
-    "<<": MERGE,
 }
 # resolve.go resolveTable: the first character says which checks can apply.
 _HINTS = {**dict.fromkeys("+-", "S"), **dict.fromkeys("0123456789", "D"), **dict.fromkeys("yYnNtTfFoO~", "M")}
