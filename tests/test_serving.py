@@ -171,3 +171,18 @@ def test_requests_never_lose_the_server(tmp_path: Path) -> None:
         assert proc.poll() is None
         fatals = [e for e in _json(_lines(tmp_path / "log", "Fatal result")) if e["msg"] == "Fatal result"]
         assert fatals[0]["xr"] == "odd"
+
+
+def test_non_positive_message_sizes_fail_in_one_line() -> None:
+    for flag in ("--max-recv-message-size", "--max-send-message-size"):
+        out = subprocess.run(
+            [sys.executable, "-m", "function.main", "--insecure", flag, "0", "--address", f"127.0.0.1:{free_port()}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 1
+        assert out.stderr.strip().splitlines() == [
+            "function: --max-recv-message-size and --max-send-message-size are in MB and must be positive"
+        ]
