@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+
+import yaml
 
 from tests.conftest import EXAMPLE, REPO, load_docs
 from tests.k8s_schema import CRDIndex
@@ -11,8 +14,12 @@ from tests.k8s_schema import CRDIndex
 EXTRA_CRDS = REPO / "facts" / "extra-crds"
 
 
+def _index() -> CRDIndex:
+    return CRDIndex(sorted(p for p in EXTRA_CRDS.glob("*.yaml") if p.name != "SOURCES.yaml"))
+
+
 def test_runtime_config_example_is_valid_and_used() -> None:
-    index = CRDIndex(sorted(EXTRA_CRDS.glob("*.yaml")))
+    index = _index()
     [config] = load_docs(EXAMPLE / "scale-out" / "runtime-config.yaml")
     assert index.covered(config)
     assert index.validate(config) == []
@@ -31,7 +38,7 @@ def test_runtime_config_example_is_valid_and_used() -> None:
 
 def test_a_bad_runtime_config_is_caught() -> None:
     """The schema is really checked: a Deployment template without containers is refused."""
-    index = CRDIndex(sorted(EXTRA_CRDS.glob("*.yaml")))
+    index = _index()
     [config] = load_docs(EXAMPLE / "scale-out" / "runtime-config.yaml")
     del config["spec"]["deploymentTemplate"]["spec"]["template"]["spec"]["containers"]
     assert any("containers" in e for e in index.validate(config))
@@ -49,3 +56,10 @@ def test_load_script_runs_bounded() -> None:
     rows = {line[:28].strip(): line[28:].split() for line in out.stdout.splitlines() if line[:1] in ("1", "2")}
     assert sorted(rows) == ["1 process", "2 processes, 2 ports", "2 processes, SO_REUSEPORT"], out.stdout
     assert all(0 < int(columns[0]) <= 10 for columns in rows.values()), out.stdout  # calls, within the bound
+
+
+def test_extra_crds_are_the_recorded_upstream_copies() -> None:
+    sources = yaml.safe_load((EXTRA_CRDS / "SOURCES.yaml").read_text())
+    assert set(sources) == {p.name for p in EXTRA_CRDS.glob("*.yaml")} - {"SOURCES.yaml"}
+    for name, origin in sources.items():
+        assert hashlib.sha256((EXTRA_CRDS / name).read_bytes()).hexdigest() == origin["sha256"]
