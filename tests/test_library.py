@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from google.protobuf import json_format
 
 from function.library import (
     FunctionRunner,
@@ -15,9 +21,10 @@ from function.library import (
     override_documents,
     render,
 )
-from function.render_loop import dump_yaml
+from function.render_loop import dump_yaml, grpc_runner, run_pipeline
 from tests import k8s_schema
 from tests.conftest import EXAMPLE, REPO, load_docs, make_xr, provider_configs
+from tests.serve import serving
 
 FORK = EXAMPLE / "fork"
 
@@ -140,3 +147,40 @@ def test_imageconfig_is_valid_and_points_at_the_published_package() -> None:
     [match] = config["spec"]["matchImages"]
     assert function["spec"]["package"].startswith(match["prefix"] + ":")
     assert config["spec"]["rewriteImage"]["prefix"] != match["prefix"]
+
+
+def _fork_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(FORK), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_fork_cli_renders_with_its_rules() -> None:
+    """The fork's entry point is the same CLI: its render subcommand runs the fork's runner."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acme_fn",
+            "render",
+            "example/xr.yaml",
+            "example/composition.yaml",
+            "-o",
+            "example/observed/",
+        ],
+        cwd=REPO,
+        env=_fork_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    releases = [d for d in yaml.safe_load_all(out.stdout) if d["kind"] == "Release"]
+    assert releases and all(r["metadata"]["labels"]["acme.example/owner"] == "team-ml" for r in releases)
+
+
+def test_fork_serves_its_rules_over_grpc(tmp_path: Path) -> None:
+    xr = make_xr("GKE")
+    with serving(["acme_fn", "--insecure"], env=_fork_env(), log=tmp_path / "log") as (target, _):
+        result = asyncio.run(run_pipeline(grpc_runner(target, timeout=30), xr=xr, observed=provider_configs(xr)))
+    lws = json_format.MessageToDict(result.desired.resources["leader-worker-set"].resource)
+    assert lws["spec"]["forProvider"]["values"]["podSecurityContext"]["runAsUser"] == 65532
+    assert "serving on" in (tmp_path / "log").read_text()
