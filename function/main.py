@@ -31,7 +31,24 @@ def _warm_up() -> None:
             renderer(loaded)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        versions = stack.versions()
+        click.echo(f"function {versions['function']}")
+        click.echo(f"generator {versions['generator']}")
+        click.echo(f"aicr {versions['aicr']} {versions['aicrCommit']}")
+        ctx.exit()
+
+
 @click.group(invoke_without_command=True)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the function version, and the generator version and AICR release its stacks were generated with.",
+)
 @sdkcli.standard_options
 @click.option(
     "--reuse-port",

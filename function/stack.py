@@ -1,6 +1,6 @@
 """The generated stacks, as the runtime sees them.
 
-A generated module (``generated/<stack id>.py``) holds one plain ``STACK``
+A generated module (``function/generated/<stack id>.py``) holds one plain ``STACK``
 literal written by the generator; this module turns it into typed, frozen
 objects once per process and answers which stack serves a cloud/accelerator
 pair.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from function.__version__ import __version__
 from function.model import Accelerator, Cloud
 
 
@@ -184,9 +185,20 @@ def module_name(cloud: str, accelerator: str) -> str:
 @cache
 def available() -> tuple[tuple[str, str], ...]:
     """Every (cloud, accelerator) pair that has a generated stack."""
-    index = importlib.import_module("generated")
+    index = importlib.import_module("function.generated")
     pairs: tuple[tuple[str, str], ...] = tuple(index.STACKS)
     return pairs
+
+
+def versions() -> dict[str, str]:
+    """This function's version, and the generator version and AICR release the stacks were generated with."""
+    index = importlib.import_module("function.generated")
+    return {
+        "function": __version__,
+        "generator": index.GENERATOR,
+        "aicr": index.AICR_VERSION,
+        "aicrCommit": index.AICR_COMMIT,
+    }
 
 
 @cache
@@ -194,5 +206,5 @@ def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
     """The stack for a pair, parsed once per process; None when none is generated."""
     if (cloud.value, accelerator.value) not in available():
         return None
-    module = importlib.import_module(f"generated.{module_name(cloud.value, accelerator.value)}")
+    module = importlib.import_module(f"function.generated.{module_name(cloud.value, accelerator.value)}")
     return stack_from_data(module.STACK)

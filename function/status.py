@@ -9,6 +9,7 @@ from typing import Any
 from crossplane.function import resource
 from google.protobuf import struct_pb2
 
+from function.__version__ import __version__
 from function.compose import Planned
 from function.overrides import Found
 from function.stack import Stack
@@ -29,8 +30,10 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
         components.append(entry)
     return {
         "id": stack.id,
+        "function": __version__,
         "generator": stack.provenance["generator"],
         "aicr": stack.provenance["aicr"]["version"],
+        "aicrCommit": stack.provenance["aicr"]["commit"],
         "components": components,
         "environmentConfigs": list(found.applied),
     }

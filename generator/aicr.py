@@ -2,7 +2,8 @@
 
 It reproduces ``aicr recipe`` followed by the values and manifest part of ``aicr bundle``
 (Helm deployer, no ``--set``, no node-scheduling flags), as specified in
-``../shared/aicr/RESOLUTION.md`` (section numbers below refer to it).
+``aicr/RESOLUTION.md`` of the reference sources (section numbers below refer to it).
+``./dev refresh`` runs it on an AICR checkout to write the AICR lock (:mod:`generator.lock`).
 
 Load the data directory once with :func:`load`, then call :func:`resolve` per query.
 Every result is a deep copy: resolving one query never changes what another sees
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import heapq
-import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +27,6 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     from yaml import SafeLoader as _BaseLoader  # type: ignore[assignment]
 
 __all__ = [
-    "DEFAULT_DATA_DIR",
     "AicrError",
     "Component",
     "Manifest",
@@ -38,11 +37,6 @@ __all__ = [
     "load_yaml",
     "resolve",
 ]
-
-#: ``../shared/aicr/recipes`` relative to the repository root; ``AICR_RECIPES`` overrides it.
-DEFAULT_DATA_DIR = Path(
-    os.environ.get("AICR_RECIPES", Path(__file__).resolve().parents[1].parent / "shared" / "aicr" / "recipes")
-)
 
 
 class AicrError(Exception):
@@ -423,7 +417,7 @@ class RecipeData:
         return copy.deepcopy(_Reader(doc, rel).data)
 
 
-def load(data_dir: Path = DEFAULT_DATA_DIR) -> RecipeData:
+def load(data_dir: Path) -> RecipeData:
     """Load ``overlays/*.yaml``, ``registry.yaml`` and ``components/*/{,manifests/}*.yaml`` (§3)."""
     root = Path(data_dir)
     if not root.is_dir():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,10 @@ import yaml
 from function.__version__ import __version__
 from function.paths import get_path
 from function.values import deep_merge
-from generator import aicr
+from generator import lock
 from generator.stackfile import (
+    CATALOGUE,
+    CHARTS,
     Catalogue,
     ChartFacts,
     Charts,
@@ -23,42 +24,30 @@ from generator.stackfile import (
     StackFile,
     StackFileError,
     read,
+    stack_paths,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 STACKS_DIR = REPO / "stacks"
 GENERATOR_DIR = REPO / "generator"
-DEFAULT_SHARED = REPO.parent / "shared"
+FACTS_DIR = REPO / "facts"
+MANIFESTS = "manifests"  # facts/manifests/: the external manifests stacks ship, by file name
+# Code that only `./dev refresh` runs: what it produces is in facts/, digested itself.
+REFRESH_ONLY = ("aicr.py", "chart_inventory.py", "gotemplate.py", "refresh.py")
 
 
 @dataclass(frozen=True)
 class Inputs:
-    recipes: Path
-    shared: Path
-    aicr_version: str
-    aicr_commit: str
     stacks: Path = STACKS_DIR
-
-
-def aicr_provenance(recipes: Path) -> tuple[str, str]:
-    """Release tag and commit of the AICR snapshot, from its VERSION.md."""
-    version_file = recipes.parent / "VERSION.md"
-    if not version_file.is_file():
-        raise StackFileError(f"{version_file}: missing; pass --aicr-version and --aicr-commit for this AICR checkout")
-    text = version_file.read_text()
-    tag = re.search(r"^\| release tag \| `([^`]+)`", text, re.MULTILINE)
-    commit = re.search(r"^\| commit \| `([0-9a-f]{40})`", text, re.MULTILINE)
-    if not tag or not commit:
-        raise StackFileError(f"{version_file}: no release tag / commit rows")
-    return tag.group(1), commit.group(1)
+    facts: Path = FACTS_DIR
 
 
 def _digest(inputs: Inputs, extra: list[Path]) -> str:
     """Digest of every input, by path relative to its root, so it is the same on every machine."""
-    files: list[tuple[str, Path]] = [(f"aicr/{p.relative_to(inputs.recipes)}", p) for p in inputs.recipes.rglob("*")]
+    files: list[tuple[str, Path]] = [(f"facts/aicr/{lock.LOCK_FILE}", inputs.facts / "aicr" / lock.LOCK_FILE)]
     files += [(f"stacks/{p.name}", p) for p in inputs.stacks.glob("*.yaml")]
-    files += [(f"generator/{p.name}", p) for p in GENERATOR_DIR.glob("*.py")]
-    files += [(f"shared/{p.relative_to(inputs.shared)}", p) for p in extra]
+    files += [(f"generator/{p.name}", p) for p in GENERATOR_DIR.glob("*.py") if p.name not in REFRESH_ONLY]
+    files += [(f"facts/{p.relative_to(inputs.facts)}", p) for p in extra]
     h = hashlib.sha256()
     for name, path in sorted(files):
         if path.is_file():
@@ -136,10 +125,10 @@ def _expand(
     key: str,
     spec: ComponentSpec,
     patch: ComponentPatch,
-    recipe: aicr.Recipe,
+    recipe: lock.LockedQuery,
     taken: dict[str, str],
     charts: Charts,
-    shared: Path,
+    facts: Path,
 ) -> list[dict[str, Any]]:
     """One catalogue entry → its generated components (a Release may bring Objects)."""
     depends = [*spec.dependsOn, *patch.dependsOn]
@@ -147,7 +136,7 @@ def _expand(
     if spec.manifest is not None:
         return [_object(key, deep_merge(spec.manifest, patch.manifest), spec, "platform")]
     if spec.manifestFile is not None:
-        path = shared / spec.manifestFile.file
+        path = facts / MANIFESTS / spec.manifestFile.file
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         except OSError as err:
@@ -165,13 +154,14 @@ def _expand(
     extra: list[dict[str, Any]] = []
     if spec.aicr is not None:
         resolved = recipe.components.get(spec.aicr)
-        if resolved is None or not resolved.enabled:
-            raise StackFileError(f"component {key}: AICR component {spec.aicr} is not in the resolved recipe")
-        chart = {"name": resolved.chart, "repository": resolved.source, "version": resolved.version}
+        if resolved is None:
+            why = "resolved but not locked: run `./dev refresh`" if spec.aicr in recipe.notTaken else "not resolved"
+            raise StackFileError(f"component {key}: AICR component {spec.aicr} is {why} for this stack's query")
+        chart = {"name": resolved.chart, "repository": resolved.repository, "version": resolved.version}
         namespace = spec.namespace or resolved.namespace
         values = deep_merge(resolved.values, values)
         # Dependencies on AICR components this stack does not take are dropped.
-        depends = [taken[d] for d in resolved.dependency_refs if d in taken] + depends
+        depends = [taken[d] for d in resolved.dependencyRefs if d in taken] + depends
         origin = f"aicr:{spec.aicr}"
         for manifest in resolved.manifests:
             if manifest.path in skip:
@@ -202,9 +192,9 @@ def _expand(
 
 
 def build_stack(
-    stack_file: StackFile, catalogue: Catalogue, charts: Charts, data: aicr.RecipeData, inputs: Inputs
+    stack_file: StackFile, catalogue: Catalogue, charts: Charts, locked: lock.Lock, inputs: Inputs
 ) -> dict[str, Any]:
-    recipe = aicr.resolve(data, aicr.Query(**stack_file.aicr.query.model_dump()))
+    recipe = locked.find(stack_file.aicr.query, stack_file.id)
     keys: list[str] = []
     for set_name in stack_file.use:
         if set_name not in catalogue.sets:
@@ -226,7 +216,7 @@ def build_stack(
             recipe=recipe,
             taken=taken,
             charts=charts,
-            shared=inputs.shared,
+            facts=inputs.facts,
         ):
             generated[component["key"]] = component
     for component in generated.values():
@@ -256,10 +246,10 @@ def build_stack(
         "provenance": {
             "generator": __version__,
             "aicr": {
-                "version": inputs.aicr_version,
-                "commit": inputs.aicr_commit,
+                "version": locked.aicr.version,
+                "commit": locked.aicr.commit,
                 "query": stack_file.aicr.query.model_dump(),
-                "appliedOverlays": recipe.applied_overlays,
+                "appliedOverlays": recipe.appliedOverlays,
             },
         },
         "driver": driver,
@@ -285,7 +275,7 @@ def module_text(stack: dict[str, Any], digest: str) -> str:
     body = python_literal(stack)
     return (
         f'"""Serving stack {stack["id"]}: {stack["cloud"]} / {stack["accelerator"]}.\n\n'
-        "Generated by `python -m generator`; do not edit. Change stacks/ or the AICR data and regenerate.\n"
+        "Generated by `python -m generator`; do not edit. Change stacks/ or facts/ (`./dev refresh`) and regenerate.\n"
         f"AICR {aicr_info['version']} ({aicr_info['commit']}), query: {query}\n"
         f"Inputs: {digest}\n"
         '"""\n\n'
@@ -294,37 +284,36 @@ def module_text(stack: dict[str, Any], digest: str) -> str:
     )
 
 
-def index_text(pairs: list[tuple[str, str]]) -> str:
+def index_text(pairs: list[tuple[str, str]], locked: lock.Lock) -> str:
     return (
         '"""Generated stacks: every (cloud, accelerator) pair that has a module here.\n\n'
         'Generated by `python -m generator`; do not edit."""\n\n'
-        f"STACKS: tuple[tuple[str, str], ...] = {tuple(sorted(pairs))!r}\n"
+        f"STACKS: tuple[tuple[str, str], ...] = {tuple(sorted(pairs))!r}\n\n"
+        "# What every stack here was generated by and from (`function --version` prints it).\n"
+        f"GENERATOR: str = {__version__!r}\n"
+        f"AICR_VERSION: str = {locked.aicr.version!r}\n"
+        f"AICR_COMMIT: str = {locked.aicr.commit!r}\n"
     )
 
 
 def generate(inputs: Inputs) -> dict[str, str]:
     """Every generated file's name and text."""
-    catalogue = read(inputs.stacks / "platform.yaml", Catalogue)
-    charts = read(inputs.stacks / "charts.yaml", Charts)
-    data = aicr.load(inputs.recipes)
-    shared_files = sorted(
-        {inputs.shared / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile}
+    catalogue = read(inputs.stacks / CATALOGUE, Catalogue)
+    charts = read(inputs.stacks / CHARTS, Charts)
+    locked = lock.read(inputs.facts)
+    manifest_files = sorted(
+        {inputs.facts / MANIFESTS / c.manifestFile.file for c in catalogue.components.values() if c.manifestFile}
     )
-    digest = _digest(inputs, shared_files)
+    digest = _digest(inputs, manifest_files)
     files: dict[str, str] = {}
     pairs: list[tuple[str, str]] = []
-    for path in sorted(inputs.stacks.glob("*.yaml")):
-        if path.name in ("platform.yaml", "charts.yaml"):
-            continue
+    for path in stack_paths(inputs.stacks):
         stack_file = read(path, StackFile)
-        try:
-            stack = build_stack(stack_file, catalogue, charts, data, inputs)
-        except aicr.AicrError as err:
-            raise StackFileError(f"{path.name}: {err}") from None
+        stack = build_stack(stack_file, catalogue, charts, locked, inputs)
         name = f"{stack_file.cloud.lower()}_{stack_file.accelerator.lower()}"
         if f"{name}.py" in files:
             raise StackFileError(f"{path.name}: a second stack for {stack_file.cloud}/{stack_file.accelerator}")
         files[f"{name}.py"] = module_text(stack, digest)
         pairs.append((stack_file.cloud, stack_file.accelerator))
-    files["__init__.py"] = index_text(pairs)
+    files["__init__.py"] = index_text(pairs, locked)
     return files

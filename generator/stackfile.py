@@ -16,26 +16,26 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ChartSpec(_Strict):
+class ChartSpec(Strict):
     name: str
     repository: str
     version: str
 
 
-class ManifestFile(_Strict):
-    """One Object per document of a file in the shared data directory."""
+class ManifestFile(Strict):
+    """One Object per document of an external manifest kept in ``facts/manifests/``."""
 
-    file: str  # relative to the shared directory
+    file: str  # its name in facts/manifests/ (and in the shared directory `./dev refresh` copies from)
     keyPrefix: str  # noqa: N815 - component key = prefix + metadata.name
     # Server-owned fields: left in, the Object would re-apply on every reconcile.
     strip: list[str] = Field(default_factory=lambda: ["status", "metadata.creationTimestamp"])
 
 
-class ComponentSpec(_Strict):
+class ComponentSpec(Strict):
     """A catalogue entry. Exactly one of aicr, chart, manifest, manifestFile."""
 
     aicr: str | None = None  # take this AICR component (chart, version, values, manifests)
@@ -53,7 +53,7 @@ class ComponentSpec(_Strict):
     skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
 
 
-class ComponentPatch(_Strict):
+class ComponentPatch(Strict):
     """Per-stack differences on a catalogue entry."""
 
     values: dict[str, Any] = Field(default_factory=dict)
@@ -62,12 +62,12 @@ class ComponentPatch(_Strict):
     skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
 
 
-class Catalogue(_Strict):
+class Catalogue(Strict):
     components: dict[str, ComponentSpec]
     sets: dict[str, list[str]]
 
 
-class AicrQuery(_Strict):
+class AicrQuery(Strict):
     service: str = "any"
     accelerator: str = "any"
     os: str = "any"
@@ -75,7 +75,7 @@ class AicrQuery(_Strict):
     platform: str = "any"
 
 
-class ImageSpec(_Strict):
+class ImageSpec(Strict):
     name: str
     ref: str | None = None
     registry: str | None = None
@@ -84,7 +84,7 @@ class ImageSpec(_Strict):
     default: dict[str, str | None] = Field(default_factory=dict)  # None: key exists, default not verified
 
 
-class DriverResource(_Strict):
+class DriverResource(Strict):
     """Template of the per-pool GPU driver custom resource the operator reconciles."""
 
     operator: str  # component key of the operator that finalizes these resources
@@ -97,17 +97,17 @@ class DriverResource(_Strict):
     imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking lists of names
 
 
-class AicrSource(_Strict):
+class AicrSource(Strict):
     query: AicrQuery
 
 
-class Driver(_Strict):
+class Driver(Strict):
     source: Literal["node-image", "gpu-operator"]
     root: str
     resource: DriverResource | None = None
 
 
-class StackFile(_Strict):
+class StackFile(Strict):
     id: str
     cloud: str
     accelerator: Literal["NVIDIA", "AMD"]
@@ -117,13 +117,13 @@ class StackFile(_Strict):
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
 
 
-class PdbSpec(_Strict):
+class PdbSpec(Strict):
     enabled: str | None = None
     minAvailable: str | None = None  # noqa: N815
     maxUnavailable: str | None = None  # noqa: N815
 
 
-class ChartFacts(_Strict):
+class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
     images: list[ImageSpec] = Field(default_factory=list)
@@ -141,7 +141,7 @@ class ChartFacts(_Strict):
     customResources: dict[str, Any] | None = None  # noqa: N815
 
 
-class Charts(_Strict):
+class Charts(Strict):
     charts: dict[str, ChartFacts]
 
 
@@ -150,6 +150,13 @@ class StackFileError(Exception):
 
 
 T = TypeVar("T", bound=BaseModel)
+
+CATALOGUE, CHARTS = "platform.yaml", "charts.yaml"
+
+
+def stack_paths(stacks: Path) -> list[Path]:
+    """The per-stack files: every YAML file in ``stacks`` but the catalogue and the chart facts."""
+    return [p for p in sorted(stacks.glob("*.yaml")) if p.name not in (CATALOGUE, CHARTS)]
 
 
 def read(path: Path, model: type[T]) -> T:

@@ -14,9 +14,21 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.fn import FunctionRunner
 from function.render_loop import RenderResult, run_pipeline
+from generator.refresh import DEFAULT_SHARED
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"
+
+
+def reference_source(relative: str) -> Path:
+    """A path in the reference sources beside the clone (``../shared``), for parity tests only.
+
+    A clone standing alone has none: the test is skipped, saying so.
+    """
+    path = DEFAULT_SHARED / relative
+    if not path.exists():
+        pytest.skip(f"parity test: {path} is absent (the reference sources are not beside this clone)")
+    return path
 
 
 def load_docs(path: Path) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Validate rendered Kubernetes objects against the real CRDs in ``../shared/crds``.
+"""Validate rendered Kubernetes objects against the real CRDs in ``facts/crds``.
 
 There is no API server here, so this does what one would do with a custom
 resource on create, as far as the CRD's structural schema tells:
@@ -28,9 +28,10 @@ resource on create, as far as the CRD's structural schema tells:
   is validated the same way when its own kind has a CRD here (NVIDIADriver,
   DeviceConfig, ...).
 
-The CRD directory is ``<repo>/../shared/crds``; set ``SHARED_DIR`` to use
-another shared directory. ``gaie-crds-*.yaml`` files in the shared directory
-itself (Gateway API Inference Extension CRDs) are indexed too.
+The CRDs are the repository's copies in ``facts/crds`` (``./dev refresh``
+writes them; ``SOURCES.yaml`` there names each one's origin). The
+``gaie-crds-*.yaml`` files in ``facts/manifests`` (Gateway API Inference
+Extension CRDs the stacks ship) are indexed too.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import copy
 import datetime as dt
 import functools
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,8 +58,8 @@ __all__ = [
     "CRDVersion",
     "covered",
     "crd_dir",
+    "default_sources",
     "index",
-    "shared_dir",
     "validate",
     "validate_documents",
 ]
@@ -71,19 +71,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # --------------------------------------------------------------------------- #
 
 
-def shared_dir() -> Path:
-    """``$SHARED_DIR`` if set, else the ``shared`` directory next to the repository."""
-    env = os.environ.get("SHARED_DIR")
-    return Path(env) if env else REPO_ROOT.parent / "shared"
-
-
 def crd_dir() -> Path:
-    return shared_dir() / "crds"
+    return REPO_ROOT / "facts" / "crds"
 
 
 def default_sources() -> list[Path]:
-    files = sorted(p for p in crd_dir().glob("*") if p.suffix in (".yaml", ".yml"))
-    files += sorted(shared_dir().glob("gaie-crds-*.yaml"))
+    files = sorted(p for p in crd_dir().glob("*.yaml") if p.name != "SOURCES.yaml")
+    files += sorted((REPO_ROOT / "facts" / "manifests").glob("gaie-crds-*.yaml"))
     return files
 
 
@@ -691,7 +685,7 @@ class CRDIndex:
         if crd is None:
             known = sorted(av for (av, k) in self.versions if k == kind)
             hint = f" (this kind exists as: {', '.join(known)})" if known else ""
-            return [f"<root>: no CRD for {api_version} {kind} in {crd_dir()}{hint}"]
+            return [f"<root>: no CRD for {api_version} {kind} among the indexed CRDs{hint}"]
         if not crd.served:
             return [f"<root>: {api_version} {kind} is not served"]
 

@@ -1,14 +1,14 @@
-"""Tests for the AICR recipe resolver against the real v0.11.1 data (RESOLUTION.md §9-§11).
+"""Tests for the AICR recipe resolver (RESOLUTION.md §9-§11).
 
-The data dir is ``../shared/aicr/recipes`` next to the repository; ``AICR_RECIPES`` overrides it.
-Small synthetic data dirs (``tmp_path``) cover the error paths and merge rules the shipped
-data does not exercise.
+Parity tests against the real v0.11.1 data (``aicr/recipes`` of the reference sources,
+``../shared``) run where it exists and are skipped otherwise: the resolver only runs when
+``./dev refresh`` writes the AICR lock. Small synthetic data dirs (``tmp_path``) cover the
+error paths and merge rules the shipped data does not exercise, and always run.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,7 @@ import pytest
 
 from generator import gotemplate
 from generator.aicr import AicrError, Component, Query, Recipe, RecipeData, load, resolve
-
-RECIPES = Path(
-    os.environ.get("AICR_RECIPES") or Path(__file__).resolve().parents[1].parent / "shared" / "aicr" / "recipes"
-)
+from tests.conftest import reference_source
 
 EKS = Query(service="eks", accelerator="h100", os="ubuntu", intent="inference")
 EKS_DYNAMO = Query(service="eks", accelerator="h100", os="ubuntu", intent="inference", platform="dynamo")
@@ -31,7 +28,7 @@ KIND = Query(service="kind", accelerator="h100", intent="inference")
 
 @pytest.fixture(scope="module")
 def data() -> RecipeData:
-    return load(RECIPES)
+    return load(reference_source("aicr/recipes"))
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ import pytest
 import yaml
 
 from generator import chart_inventory as ci
+from tests.conftest import reference_source
 
 REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "facts" / "charts"
-# Reference sources beside the repository; a fresh clone has none, and the parity test skips.
-CHART_SOURCES = REPO.parent / "shared" / "charts"
 
 
 def _write(path: Path, data: object) -> None:
@@ -111,9 +110,9 @@ def test_kept_inventories_name_their_chart_and_version() -> None:
     assert (manager["repository"], manager["tag"]) == ("registry.k8s.io/lws/lws", "v0.8.0")
 
 
-@pytest.mark.skipif(not CHART_SOURCES.is_dir(), reason=f"no chart sources at {CHART_SOURCES}: parity runs beside them")
 def test_kept_inventories_match_the_chart_sources() -> None:
-    expected = ci.inventories(CHART_SOURCES)
+    # Parity: skipped on a clone with no reference sources beside it.
+    expected = ci.inventories(reference_source("charts"))
     kept = {p.name: p.read_text() for p in FACTS.glob("*.yaml")}
     stale = sorted(n for n in expected.keys() | kept.keys() if expected.get(n) != kept.get(n))
     assert stale == [], f"facts/charts is stale for {stale}: run ./dev refresh"

@@ -42,7 +42,7 @@ def test_every_rendered_resource_validates_against_real_crds(server: str, cloud:
         d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in render_documents(result)[1:]
     }
     covered = {f"{r['apiVersion']}/{r['kind']}" for r in got.values() if k8s_schema.covered(r)}
-    # The CRDs in ../shared: provider-helm Release and ProviderConfig, provider-kubernetes Object.
+    # The CRDs in facts/crds: provider-helm Release and ProviderConfig, provider-kubernetes Object.
     assert {
         "helm.m.crossplane.io/v1beta1/Release",
         "helm.m.crossplane.io/v1beta1/ProviderConfig",

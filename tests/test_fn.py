@@ -10,6 +10,7 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import stack
+from function.__version__ import __version__
 from function.fn import FunctionRunner
 from function.render_loop import RenderError
 from tests.conftest import desired, make_xr, observed_as, provider_configs, render, run_once
@@ -202,7 +203,10 @@ def test_gateway_address_and_stack_status() -> None:
     status = resource.struct_to_dict(rsp.desired.composite.resource)["status"]
     assert status["gateway"] == {"address": "34.1.2.3"}
     assert status["stack"]["id"] == "gke-nvidia"
+    assert status["stack"]["function"] == __version__
+    assert status["stack"]["generator"] == __version__  # --check keeps the generated stacks at this version
     assert status["stack"]["aicr"] == "v0.11.1"
+    assert status["stack"]["aicrCommit"] == "bc05c6be7859cee7ce6680b93333ed03ba795f88"
     components = {c["name"]: c for c in status["stack"]["components"]}
     assert components["gpu-operator"]["version"] == "v25.10.1"
     assert components["gpu-operator"]["source"] == "aicr:gpu-operator"

@@ -1,4 +1,7 @@
-"""The build-time generator: output is current, deterministic and carries its provenance."""
+"""The build-time generator: output is current, deterministic and carries its provenance.
+
+It builds from the repository alone (``stacks/`` and ``facts/``), as on a fresh clone.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from generator.build import DEFAULT_SHARED, REPO, Inputs, aicr_provenance, generate
+from generator.build import FACTS_DIR, REPO, Inputs, generate
 from generator.stackfile import StackFileError
 
-RECIPES = DEFAULT_SHARED / "aicr" / "recipes"
 
-
-def _inputs(stacks: Path | None = None) -> Inputs:
-    version, commit = aicr_provenance(RECIPES)
-    return Inputs(
-        recipes=RECIPES,
-        shared=DEFAULT_SHARED,
-        aicr_version=version,
-        aicr_commit=commit,
-        **({"stacks": stacks} if stacks else {}),
-    )
+def _inputs(stacks: Path | None = None, facts: Path = FACTS_DIR) -> Inputs:
+    return Inputs(facts=facts, **({"stacks": stacks} if stacks else {}))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +28,7 @@ def generated() -> dict[str, str]:
 
 
 def test_committed_output_is_what_the_generator_produces(generated: dict[str, str]) -> None:
-    committed = {p.name: p.read_text() for p in (REPO / "generated").glob("*.py")}
+    committed = {p.name: p.read_text() for p in (REPO / "function" / "generated").glob("*.py")}
     assert committed == generated
 
 
@@ -119,7 +113,7 @@ def test_chart_facts_read_at_another_version_are_refused(tmp_path: Path) -> None
 
 def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
     out = tmp_path / "generated"
-    shutil.copytree(REPO / "generated", out)
+    shutil.copytree(REPO / "function" / "generated", out)
     (out / "eks_nvidia.py").write_text((out / "eks_nvidia.py").read_text().replace("v25.10.1", "v25.3.0"))
     run = subprocess.run(
         [sys.executable, "-m", "generator", "--check", "--out", str(out)],
@@ -129,5 +123,27 @@ def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 1
-    assert run.stdout.splitlines() == ["stale: generated/eks_nvidia.py (2 lines differ)"]
+    assert run.stdout.splitlines() == ["stale: function/generated/eks_nvidia.py (2 lines differ)"]
     assert "run `python -m generator`" in run.stderr
+
+
+def test_a_query_the_lock_lacks_is_refused(tmp_path: Path) -> None:
+    stacks = _copy_stacks(tmp_path)
+    text = (stacks / "gke.yaml").read_text().replace("os: cos, ", "")
+    (stacks / "gke.yaml").write_text(text)
+    with pytest.raises(StackFileError, match=r"gke-nvidia: the AICR lock has no entry for its query .*\./dev refresh"):
+        generate(_inputs(stacks))
+
+
+def test_an_aicr_component_the_lock_does_not_take_is_refused(tmp_path: Path) -> None:
+    stacks = _copy_stacks(tmp_path)
+    platform = yaml.safe_load((stacks / "platform.yaml").read_text())
+    platform["components"]["cert-manager"]["aicr"] = "kgateway"  # resolved by AICR, not taken by the catalogue
+    (stacks / "platform.yaml").write_text(yaml.safe_dump(platform))
+    with pytest.raises(StackFileError, match=r"kgateway is resolved but not locked: run `\./dev refresh`"):
+        generate(_inputs(stacks))
+
+
+def test_a_missing_lock_is_a_readable_error(tmp_path: Path) -> None:
+    with pytest.raises(StackFileError, match=r"facts/aicr/lock.yaml: .*No such file"):
+        generate(_inputs(facts=tmp_path / "facts"))

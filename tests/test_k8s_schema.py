@@ -89,7 +89,7 @@ def one_error(obj: dict[str, Any]) -> str:
 
 def test_index_finds_every_crd_file() -> None:
     idx = ks.index()
-    crd_files = sorted(p.name for p in ks.crd_dir().glob("*.yaml"))
+    crd_files = sorted(p.name for p in ks.crd_dir().glob("*.yaml") if p.name != "SOURCES.yaml")
     assert len(crd_files) >= 17
     assert {p.name for p in idx.sources} >= set(crd_files)
     for api_version, kind in [
@@ -117,9 +117,8 @@ def test_uncovered_kinds() -> None:
     assert "this kind exists as:" in one_error(wrong_version)
 
 
-def test_shared_dir_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "crds").mkdir()
-    (tmp_path / "crds" / "example.org_widgets.yaml").write_text(
+def test_index_over_other_crd_files(tmp_path: Path) -> None:
+    (tmp_path / "example.org_widgets.yaml").write_text(
         """
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -143,9 +142,7 @@ spec:
               size: {type: integer}
 """
     )
-    monkeypatch.setenv("SHARED_DIR", str(tmp_path))
-    assert ks.crd_dir() == tmp_path / "crds"
-    idx = ks.CRDIndex(ks.default_sources())
+    idx = ks.CRDIndex([tmp_path / "example.org_widgets.yaml"])
     assert list(idx.versions) == [("example.org/v1", "Widget")]
     widget = {"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}
     assert idx.validate(widget) == []
@@ -181,7 +178,7 @@ def test_preserve_unknown_fields_allow_anything_below() -> None:
     assert ks.validate(mutate(RELEASE, "spec.forProvider.values", values)) == []
 
 
-def test_other_kinds_from_the_shared_crds() -> None:
+def test_other_kinds_from_the_crds_in_facts() -> None:
     usage = {
         "apiVersion": "protection.crossplane.io/v1beta1",
         "kind": "Usage",

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-import generated
-from function import stack
+from function import generated, stack
 from function.errors import InputError
 from function.model import Accelerator, Cloud
 from function.overrides import apply
@@ -124,7 +123,7 @@ def _strings(node: Any, path: str = "") -> Iterator[tuple[str, str]]:
 
 def _hosts_of_generated(module: str) -> set[str]:
     """Every registry and chart repository host in a generated module, read from its data, not via the layer."""
-    data = __import__(f"generated.{module}", fromlist=["STACK"]).STACK
+    data = __import__(f"function.generated.{module}", fromlist=["STACK"]).STACK
     hosts = {"docker.io", "quay.io", "ghcr.io", "nvcr.io", "registry.k8s.io", "gcr.io"}
     refs: list[str] = []
     for c in data["components"]:
