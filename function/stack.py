@@ -31,6 +31,8 @@ class ImageRef:
     repository: str | None = None
     tag: str | None = None
     default: dict[str, str | None] = field(default_factory=dict)
+    # What the controller uses when the value is empty (set in code, not in the chart).
+    builtin: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class Component:
     image_pull_secrets: tuple[str, ...] = ()  # paths taking a list of {name: …}
     image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
     image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
-    # Object only
+    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
+    # Object only (images and image_pull_secrets above are manifest paths there)
     manifest: dict[str, Any] = field(default_factory=dict)
     readiness: dict[str, str] = field(default_factory=dict)
     # Manifest fields filled from the XR at render time: manifest path -> parameter name.
@@ -100,6 +103,7 @@ class DriverSource:
     operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
     image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
+    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
 
 
 @dataclass(frozen=True, eq=False)  # identity-hashed: cached renderers are keyed by it
@@ -120,6 +124,7 @@ def _image(raw: dict[str, Any]) -> ImageRef:
         repository=raw.get("repository"),
         tag=raw.get("tag"),
         default=dict(raw.get("default", {})),
+        builtin=dict(raw.get("builtin", {})),
     )
 
 
@@ -149,6 +154,7 @@ def _component(raw: dict[str, Any]) -> Component:
         image_pull_secrets=tuple(raw.get("imagePullSecrets", ())),
         image_pull_secret_names=tuple(raw.get("imagePullSecretNames", ())),
         image_pull_secret_name=tuple(raw.get("imagePullSecretName", ())),
+        image_pull_secret_ref=tuple(raw.get("imagePullSecretRef", ())),
         manifest=raw.get("manifest", {}),
         readiness=raw.get("readiness", {}),
         xr_fields=raw.get("xrFields", {}),
@@ -172,6 +178,7 @@ def stack_from_data(raw: dict[str, Any]) -> Stack:
             operator_values=driver.get("operatorValues", {}),
             images=tuple(_image(i) for i in driver.get("images", ())),
             image_pull_secret_names=tuple(driver.get("imagePullSecretNames", ())),
+            image_pull_secret_ref=tuple(driver.get("imagePullSecretRef", ())),
         ),
         components=tuple(_component(c) for c in raw["components"]),
     )

@@ -85,12 +85,13 @@ def _chart_facts(chart: dict[str, str], charts: Charts, key: str) -> dict[str, A
         )
     pdbs = [facts.podDisruptionBudget] if facts.podDisruptionBudget else []
     return {
-        "images": [i.model_dump(exclude_none=True) for i in facts.images],
+        "images": [i.model_dump(exclude_none=True, exclude_defaults=True) for i in facts.images],
         "replicas": list(facts.replicas),
         "resources": list(facts.resources),
         "imagePullSecrets": list(facts.imagePullSecrets),
         "imagePullSecretNames": list(facts.imagePullSecretNames),
         "imagePullSecretName": list(facts.imagePullSecretName),
+        "imagePullSecretRef": list(facts.imagePullSecretRef),
         "podDisruptionBudgets": [p.model_dump(exclude_none=True) for p in [*pdbs, *facts.extraPodDisruptionBudgets]],
     }
 
@@ -113,6 +114,10 @@ def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, orig
                 out[field] = getattr(spec, field)
         if spec.finalizedByDependencies:
             out["finalizedByDependencies"] = True
+        if spec.images:
+            out["images"] = [i.model_dump(exclude_none=True, exclude_defaults=True) for i in spec.images]
+        if spec.imagePullSecrets:
+            out["imagePullSecrets"] = list(spec.imagePullSecrets)
     return out
 
 
@@ -236,8 +241,9 @@ def build_stack(
             versionPath=res.versionPath,
             nodeSelectorPath=res.nodeSelectorPath,
             operatorValues=res.operatorValues,
-            images=[i.model_dump(exclude_none=True) for i in res.images],
+            images=[i.model_dump(exclude_none=True, exclude_defaults=True) for i in res.images],
             imagePullSecretNames=res.imagePullSecretNames,
+            imagePullSecretRef=res.imagePullSecretRef,
         )
     return {
         "id": stack_file.id,

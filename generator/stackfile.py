@@ -35,6 +35,18 @@ class ManifestFile(Strict):
     strip: list[str] = Field(default_factory=lambda: ["status", "metadata.creationTimestamp"])
 
 
+class ImageSpec(Strict):
+    name: str
+    ref: str | None = None
+    registry: str | None = None
+    repository: str | None = None
+    tag: str | None = None
+    default: dict[str, str | None] = Field(default_factory=dict)  # None: key exists, default not verified
+    # What a controller uses when the value is empty (the chart leaves it to
+    # code): same keys as ``default``; the comment beside it names the source.
+    builtin: dict[str, str] = Field(default_factory=dict)
+
+
 class ComponentSpec(Strict):
     """A catalogue entry. Exactly one of aicr, chart, manifest, manifestFile."""
 
@@ -51,6 +63,10 @@ class ComponentSpec(Strict):
     xrFields: dict[str, str] = Field(default_factory=dict)  # noqa: N815
     # AICR manifests of this component to leave out, with the reason in a comment.
     skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
+    # manifest only: where it takes images a controller runs (paths in the
+    # manifest; pod containers are found without being declared) and pull secrets.
+    images: list[ImageSpec] = Field(default_factory=list)
+    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
 
 
 class ComponentPatch(Strict):
@@ -75,15 +91,6 @@ class AicrQuery(Strict):
     platform: str = "any"
 
 
-class ImageSpec(Strict):
-    name: str
-    ref: str | None = None
-    registry: str | None = None
-    repository: str | None = None
-    tag: str | None = None
-    default: dict[str, str | None] = Field(default_factory=dict)  # None: key exists, default not verified
-
-
 class DriverResource(Strict):
     """Template of the per-pool GPU driver custom resource the operator reconciles."""
 
@@ -95,6 +102,7 @@ class DriverResource(Strict):
     operatorValues: dict[str, Any] = Field(default_factory=dict)  # noqa: N815
     images: list[ImageSpec] = Field(default_factory=list)
     imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking lists of names
+    imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking one {name: …}
 
 
 class AicrSource(Strict):
@@ -130,6 +138,7 @@ class ChartFacts(Strict):
     imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
     imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - lists of plain names
     imagePullSecretName: list[str] = Field(default_factory=list)  # noqa: N815 - one name string
+    imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - one {name: …}
     replicas: list[str] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     podDisruptionBudget: PdbSpec | None = None  # noqa: N815

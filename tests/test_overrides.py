@@ -245,7 +245,11 @@ def test_manifest_patches_harden_raw_objects_and_name_their_source() -> None:
     got = desired(overridden(xr, ec("harden", {"components": {"gateway-proxy": {"manifest": hardening}}})))
     proxy = got["gateway-proxy"]
     kubernetes = proxy["spec"]["forProvider"]["manifest"]["spec"]["provider"]["kubernetes"]
-    assert kubernetes["envoyDeployment"] == {"replicas": 2, "pod": {"securityContext": {"runAsNonRoot": True}}}
+    assert kubernetes["envoyDeployment"] == {
+        "container": {"image": "docker.io/envoyproxy/envoy:distroless-v1.38.1"},  # the generated stack's
+        "replicas": 2,
+        "pod": {"securityContext": {"runAsNonRoot": True}},
+    }
     assert kubernetes["envoyPDB"] == {"minAvailable": 1}
     # null deletes the key outright: a manifest is applied as written, no nulls travel.
     assert kubernetes["envoyService"] == {}

@@ -12,7 +12,7 @@ import pytest
 from function import generated, stack
 from function.errors import InputError
 from function.model import Accelerator, Cloud
-from function.overrides import apply
+from function.overrides import apply, strict
 from function.overrides.collect import Document
 from function.overrides.document import OverrideDocument
 from function.overrides.images import qualify, split_reference
@@ -177,10 +177,11 @@ def test_every_declared_image_is_written_explicitly_to_the_mirror(cloud: str, ac
     for c in chosen.components:
         if not c.images:
             continue
-        values = got[c.key]["spec"]["forProvider"]["values"]
+        forProvider = got[c.key]["spec"]["forProvider"]
+        values = forProvider["values"] if c.is_release else forProvider["manifest"]
         for img in c.images:
-            known = {k: v for k, v in img.default.items() if v}
-            if img.ref and known.get("ref"):
+            known = {k: v for k, v in {**img.builtin, **img.default}.items() if v}
+            if img.ref and (known.get("ref") or get_path(c.values if c.is_release else c.manifest, img.ref)):
                 assert get_path(values, img.ref).startswith(MIRROR + "/"), (c.key, img.name)
             elif img.repository and (known.get("repository") or get_path(c.values, img.repository)):
                 registry = get_path(values, img.registry) if img.registry else None
@@ -268,14 +269,18 @@ def test_strict_lists_every_reference_still_upstream() -> None:
 def test_strict_is_sticky_across_documents() -> None:
     later = ec("team", {"priority": 99, "registry": {"strict": False}})
     message = fatal(make_xr("GKE"), ec("bank", {"registry": {"strict": True}}), later)
-    assert "strict set by bank" in message
+    assert "EnvironmentConfig bank: data.servingStack.registry.strict:" in message
 
 
-def test_strict_warns_about_images_whose_default_the_stack_does_not_record() -> None:
-    # Envoy Gateway's controller picks the proxy image itself unless values name one.
-    result = overridden(make_xr("Existing"), ec("mirror", mirror_all()))
-    warnings = [r.message for r in result.results if r.severity == 2]
-    assert any("envoy-gateway image envoy-proxy" in w for w in warnings)
+def test_strict_refuses_an_image_whose_registry_is_not_known() -> None:
+    base = stack.load(Cloud.GKE, Accelerator.NVIDIA)
+    assert base is not None
+    unknown = ImageRef(name="mystery", repository="mystery.image.repository", default={"repository": None})
+    comps = tuple(
+        dataclasses.replace(c, images=(*c.images, unknown)) if c.key == "cert-manager" else c for c in base.components
+    )
+    with pytest.raises(InputError, match="cert-manager image mystery: its chart default is not recorded"):
+        apply.compute(dataclasses.replace(base, components=comps), _document(mirror_all()))
 
 
 # --------------------------------------------------------------------------- #
@@ -350,11 +355,13 @@ def test_prefix_only_registry_and_raw_manifest_containers_are_rewritten() -> Non
 
 
 def test_strict_catches_a_manifest_image_no_rule_covers() -> None:
-    doc = {"registry": {"images": [{"from": "gke.gcr.io", "to": MIRROR}], "strict": True}}
+    synthetic = _synthetic()
+    hosts = sorted(strict.stack_hosts(synthetic) - {"docker.io"})
+    doc = {"registry": {"images": [{"from": h, "to": f"{MIRROR}/{h}"} for h in hosts], "strict": True}}
     with pytest.raises(
         InputError, match=r"installer manifest\.spec\.template\.spec\.initContainers\[0\]\.image: ubuntu"
     ):
-        apply.compute(_synthetic(), _document(doc))
+        apply.compute(synthetic, _document(doc))
 
 
 def test_untouched_components_stay_the_generated_objects() -> None:

@@ -24,10 +24,10 @@ from function.values import deep_merge, drop_nulls
 
 from . import images
 from .collect import Document, Found
-from .document import ComponentOverride, DriverOverride, PodDisruptionBudget
+from .document import ComponentOverride, DriverOverride, PodDisruptionBudget, RegistryPolicy
 from .drivers import driver_component
-from .registry import Mirrors, Rule, Rules, rewrite_chart_repository
-from .strict import findings
+from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare, rewrite_chart_repository
+from .strict import enforce
 
 SHORTCUT_PATHS = {
     "replicas": "replicas",
@@ -167,24 +167,33 @@ class _Registry:
     pull_secrets_by: str = ""
     chart_secret: str = ""
     chart_secret_by: str = ""
-    strict_by: list[str] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
+    written: list[tuple[str, Rule]] = field(default_factory=list)
 
     def add(self, d: Document) -> None:
         reg = d.doc.registry
+        written = [("images", Rule(r.source, r.to, d.name)) for r in reg.images or ()]
+        written += [("charts", Rule(r.source, r.to, d.name)) for r in reg.charts or ()]
+        self.written += written
         # Rules merge by source: a later document replaces one source's target
         # and keeps the others' rules.
-        for rule in reg.images or ():
-            self.images[rule.source] = Rule(rule.source, rule.to, d.name)
-        for chart_rule in reg.charts or ():
-            self.charts[chart_rule.source] = Rule(chart_rule.source, chart_rule.to, d.name)
+        for kind, rule in written:
+            (self.images if kind == "images" else self.charts)[rule.source] = rule
         if reg.imagePullSecrets is not None:
             self.pull_secrets, self.pull_secrets_by = tuple(reg.imagePullSecrets), d.name
         if reg.chartPullSecretRef is not None:
             self.chart_secret, self.chart_secret_by = reg.chartPullSecretRef.name, d.name
         # strict is sticky: a later document (another team's) cannot switch
-        # off the mirror policy an earlier one imposed.
+        # off the policy an earlier one imposed, nor widen it: every policy
+        # must hold, and each allows what its own document says.
         if reg.strict:
-            self.strict_by.append(d.name)
+            allowed = reg.allowedRegistries or [bare(rule.to) for _kind, rule in written]
+            self.policies.append(Policy(d.name, f"{d.where}.registry", tuple(allowed)))
+
+    def impose(self, policy: RegistryPolicy | None) -> None:
+        """The function Input's policy: it holds whatever the documents say."""
+        if policy is not None and policy.strict:
+            self.policies.insert(0, Policy(INPUT_POLICY, f"{INPUT_POLICY}: spec.registry", policy.allowedRegistries))
 
     def mirrors(self) -> Mirrors:
         return Mirrors(
@@ -194,7 +203,8 @@ class _Registry:
             image_pull_secrets_by=self.pull_secrets_by,
             chart_pull_secret=self.chart_secret,
             chart_pull_secret_by=self.chart_secret_by,
-            strict_by=tuple(self.strict_by),
+            policies=tuple(self.policies),
+            written_rules=tuple(self.written),
         )
 
 
@@ -233,17 +243,15 @@ def _release(
 
 
 def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: _Acc) -> None:
-    names, origin = mirrors.image_pull_secrets, mirrors.image_pull_secrets_by
-    for path in comp.image_pull_secrets:
-        set_path(values, path, images.merge_pull_secrets(get_path(values, path), names, plain=False))
-        acc.touch(origin, f"values.{path}")
-    for path in comp.image_pull_secret_names:
-        set_path(values, path, images.merge_pull_secrets(get_path(values, path), names, plain=True))
-        acc.touch(origin, f"values.{path}")
-    for path in comp.image_pull_secret_name:
-        # One secret only: the first listed (mirror credentials first).
-        set_path(values, path, names[0])
-        acc.touch(origin, f"values.{path}")
+    for path in images.write_pull_secrets(
+        values,
+        mirrors.image_pull_secrets,
+        lists=comp.image_pull_secrets,
+        plain_lists=comp.image_pull_secret_names,
+        single=comp.image_pull_secret_name,
+        refs=comp.image_pull_secret_ref,
+    ):
+        acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
 
 
 def _chart(comp: Component, acc: _Acc, mirrors: Mirrors) -> ChartRef | None:
@@ -275,17 +283,22 @@ def _manifest(
         # Unlike Helm values, a manifest is applied as written: null means
         # "not there", so deleted keys go rather than travel as nulls.
         manifest = drop_nulls(manifest)
-    if not (mirrors.images or mirrors.image_pull_secrets) or not any(images.pod_containers(manifest)):
-        found.extend(
-            images.Found(comp.key, f"manifest.{path}.image", c["image"])
-            for c, path, _ in images.pod_containers(manifest)
-        )
-        return dataclasses.replace(comp, manifest=manifest) if layers else comp
-    manifest = copy.deepcopy(manifest)
-    changes, seen = images.rewrite_manifest(
-        manifest, mirrors.images, mirrors.image_pull_secrets, mirrors.image_pull_secrets_by, comp.key
-    )
+    has_images = bool(comp.images) or any(images.pod_containers(manifest))
+    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and has_images
+    if rewriting:
+        manifest = copy.deepcopy(manifest)
+    rules = mirrors.images if rewriting else Rules()
+    secrets = mirrors.image_pull_secrets if rewriting else ()
+    changes, seen = images.rewrite_manifest(manifest, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
     found.extend(seen)
+    # Images a controller runs from fields of this object (not pod containers).
+    for img in comp.images:
+        written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
+        found.append(one)
+        changes += written
+    if secrets and comp.image_pull_secrets:
+        paths = images.write_pull_secrets(manifest, secrets, lists=comp.image_pull_secrets)
+        changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.origin, f"manifest.{change.path}")
     return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
@@ -306,7 +319,7 @@ def _check_removed(
 class _Planner:
     """One computation of a plan: read the documents, then build each component."""
 
-    def __init__(self, stack: Stack, documents: Sequence[Document]) -> None:
+    def __init__(self, stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> None:
         self.stack = stack
         self.by_key = {c.key: c for c in stack.components}
         self.accs = {c.key: _Acc() for c in stack.components}
@@ -314,6 +327,7 @@ class _Planner:
         self.order = {d.name: i for i, d in enumerate(documents)}
         self.notes: list[str] = []
         self.registry = _Registry()
+        self.registry.impose(policy)
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
         self.found: list[images.Found] = []
         self.driver_provenance: dict[str, dict[str, str]] = {}
@@ -417,12 +431,12 @@ class _Planner:
         planned += [Planned(c, MANAGED, (origin,)) for c, origin in drivers]
         provenance.update(self.driver_provenance)
         if mirrors.strict:
-            _strict(self.stack, mirrors, planned, self.found, self.where, self.notes)
+            _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
         return Result(tuple(planned), tuple(self.notes), provenance)
 
 
-def compute(stack: Stack, documents: Sequence[Document]) -> Result:
-    return _Planner(stack, documents).result()
+def compute(stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> Result:
+    return _Planner(stack, documents, policy).result()
 
 
 def _strict(
@@ -431,35 +445,24 @@ def _strict(
     planned: Sequence[Planned],
     found: Sequence[images.Found],
     where: dict[str, str],
-    notes: list[str],
+    documents: int,
 ) -> None:
     bodies = [(p.component.key, component_body(p.component)) for p in planned if p.state == MANAGED]
-    upstream, unknown = findings(stack, mirrors, bodies, found)
-    by = ", ".join(mirrors.strict_by)
-    if upstream:
-        raise InputError(
-            f"{where[mirrors.strict_by[0]]}.registry.strict: {len(upstream)} image or chart references still point "
-            f'upstream (strict set by {by}); add registry rules for them (or a "*" catch-all): ' + "; ".join(upstream)
-        )
-    if unknown:
-        notes.append(
-            f"registry.strict ({by}): {len(unknown)} images take a chart default the stack does not record, so "
-            "their registry is not known here; set them in values if those parts run: " + "; ".join(unknown)
-        )
+    enforce(stack, mirrors, bodies, found, where, documents)
 
 
-_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...]], Result] = OrderedDict()
-# Distinct (stack, document set) pairs in use at once: a few per fleet.
+_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...], RegistryPolicy | None], Result] = OrderedDict()
+# Distinct (stack, document set, policy) triples in use at once: a few per fleet.
 _CACHE_MAX = 128
 
 
 def result(stack: Stack, found: Found) -> Result:
-    key = (stack, found.fingerprint)
+    key = (stack, found.fingerprint, found.policy)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    computed = compute(stack, found.documents)
+    computed = compute(stack, found.documents, found.policy)
     _CACHE[key] = computed
     if len(_CACHE) > _CACHE_MAX:
         _CACHE.popitem(last=False)
@@ -467,7 +470,7 @@ def result(stack: Stack, found: Found) -> Result:
 
 
 def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
-    if not found.documents:
+    if not found.documents and found.policy is None:
         return renderer(stack).plan, []  # the generated stack exactly, protobuf ready
     planned = result(stack, found)
     return planned.planned, list(planned.notes)

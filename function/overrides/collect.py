@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from function.errors import InputError, describe
 from function.model import ServingStack
 
-from .document import OverrideDocument
+from .document import OverrideDocument, RegistryPolicy
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -66,6 +66,8 @@ class InputSpec(_Strict):
     # A list replaces it; [] selects by name only.
     selectors: list[SelectorSource] | None = None
     names: list[NameSource] = Field(default_factory=list)
+    # A registry policy every ServingStack of the Composition is held to.
+    registry: RegistryPolicy | None = None
 
 
 class Input(BaseModel):
@@ -93,6 +95,7 @@ class Found:
 
     applied: tuple[str, ...] = ()
     documents: tuple[Document, ...] = field(default_factory=tuple)
+    policy: RegistryPolicy | None = None  # the function Input's spec.registry
 
     @property
     def fingerprint(self) -> tuple[tuple[str, bytes], ...]:
@@ -249,4 +252,5 @@ def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: Ser
         (d for d in documents.values() if d.doc.match.matches(xr)),
         key=lambda d: (d.doc.priority, d.name),
     )
-    return Found(applied=tuple(d.name for d in applied), documents=tuple(applied))
+    policy = given.spec.registry if given is not None else None
+    return Found(applied=tuple(d.name for d in applied), documents=tuple(applied), policy=policy)

@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 
 from function.model import Cloud, ServingStack
 
@@ -101,12 +110,31 @@ class SecretRef(_Strict):
     name: NonEmpty
 
 
+def _registry(value: str) -> str:
+    # An allowed registry: a host, optionally with a path; no scheme, no tag.
+    if "://" in value or not _is_host(value.split("/", 1)[0]) or ":" in value.split("/", 1)[-1]:
+        raise ValueError(f"{value!r} is not a registry (host or host/path, e.g. mirror.example.com/hub)")
+    return value.rstrip("/")
+
+
+AllowedRegistry = Annotated[str, Field(min_length=1), AfterValidator(_registry)]
+
+
 class Registry(_Strict):
     charts: list[ChartRule] | None = None
     chartPullSecretRef: SecretRef | None = None  # noqa: N815 - document field name
     images: list[ImageRule] | None = None
     imagePullSecrets: list[NonEmpty] | None = None  # noqa: N815
     strict: StrictBool | None = None
+    # With strict: the only registries images and charts may come from (host or
+    # host/path prefixes). Unset: the targets of this document's own rules.
+    allowedRegistries: list[AllowedRegistry] | None = Field(default=None, min_length=1)  # noqa: N815
+
+    @model_validator(mode="after")
+    def _allow_list_needs_strict(self) -> Registry:
+        if self.allowedRegistries is not None and not self.strict:
+            raise ValueError("allowedRegistries: takes effect with strict: true only; set it")
+        return self
 
     @model_validator(mode="after")
     def _unique_sources(self) -> Registry:
@@ -183,3 +211,14 @@ class OverrideDocument(_Strict):
 def driver_key(name: str) -> str:
     """The composed resource key of a per-pool driver resource."""
     return f"driver-{name}"
+
+
+class RegistryPolicy(_Strict):
+    """``spec.registry`` of the function Input: a registry policy the Composition imposes.
+
+    It holds whatever the EnvironmentConfigs say or fail to say: with no
+    document at all, every upstream reference is a Fatal.
+    """
+
+    strict: StrictBool  # false switches the policy off, visibly
+    allowedRegistries: tuple[AllowedRegistry, ...] = Field(min_length=1)  # noqa: N815

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from function.paths import get_path, set_path
+from function.paths import set_path
 from function.stack import Component, Stack
 
 from . import images
@@ -33,10 +33,14 @@ def driver_component(
         changes, seen = images.rewrite_values(manifest, img, mirrors.images, key, f"manifest image {img.name}")
         found.append(seen)
         provenance.update((f"manifest.{c.path}", c.origin) for c in changes)
-    for path in source.image_pull_secret_names if mirrors.image_pull_secrets else ():
-        names = images.merge_pull_secrets(get_path(manifest, path), mirrors.image_pull_secrets, plain=True)
-        set_path(manifest, path, names)
-        provenance[f"manifest.{path}"] = mirrors.image_pull_secrets_by
+    if mirrors.image_pull_secrets:
+        for path in images.write_pull_secrets(
+            manifest,
+            mirrors.image_pull_secrets,
+            plain_lists=source.image_pull_secret_names,
+            refs=source.image_pull_secret_ref,
+        ):
+            provenance[f"manifest.{path}"] = mirrors.image_pull_secrets_by
     return (
         Component(
             key=key,

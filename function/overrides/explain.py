@@ -86,7 +86,7 @@ def _fields(component: Component, state: str, provenance: Mapping[str, str]) -> 
 def explain(stack: Stack, found: Found) -> tuple[list[Explained], list[str]]:
     """Every planned component's fields with their sources, and the plan's warnings."""
     planned: Sequence[Planned]
-    if found.documents:
+    if found.documents or found.policy is not None:
         result = apply.result(stack, found)
         planned, notes, provenance = result.planned, list(result.notes), result.provenance
     else:

@@ -89,6 +89,10 @@ class Found:
     component: str
     where: str
     ref: str | None
+    # The reference before any mirror rule (what a mirroring tool copies from).
+    source: str | None = None
+    # A registry prefix the chart puts before image names, not a pullable image.
+    prefix: bool = False
 
 
 def _read(values: dict[str, Any], img: ImageRef, key: str) -> str | None:
@@ -99,6 +103,9 @@ def _read(values: dict[str, Any], img: ImageRef, key: str) -> str | None:
     value = get_path(values, path, missing)
     if value is missing:
         value = img.default.get(key)
+    if not value and key in img.builtin:
+        # Left empty, the controller uses its own default: that is what runs.
+        value = img.builtin[key]
     return value if isinstance(value, str) else None
 
 
@@ -176,9 +183,9 @@ def rewrite_values(
     qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
     rewrite = rewrite_image_name(rules, qualified)
     if rewrite is None:
-        return [], Found(key, where, name + suffix)
+        return [], Found(key, where, name + suffix, qualified + suffix, prefix_only)
     return _write_name(values, img, rewrite.value, suffix, rewrite.rule.origin), Found(
-        key, where, rewrite.value + suffix
+        key, where, rewrite.value + suffix, qualified + suffix, prefix_only
     )
 
 
@@ -233,7 +240,7 @@ def rewrite_manifest(
         if rewrite is not None:
             container["image"] = rewrite.value + suffix
             changes.append(Change(f"{path}.image", container["image"], rewrite.rule.origin))
-        found.append(Found(key, f"manifest.{path}.image", container["image"]))
+        found.append(Found(key, f"manifest.{path}.image", container["image"], qualify(name) + suffix))
     if pull_secrets:
         for pod, pod_path in pods.values():
             merged = merge_pull_secrets(pod.get("imagePullSecrets"), pull_secrets)
@@ -259,3 +266,29 @@ def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None
             current.append(name if plain else {"name": name})
             have.add(name)
     return current
+
+
+def write_pull_secrets(
+    target: dict[str, Any],
+    names: tuple[str, ...],
+    *,
+    lists: tuple[str, ...] = (),
+    plain_lists: tuple[str, ...] = (),
+    single: tuple[str, ...] = (),
+    refs: tuple[str, ...] = (),
+) -> list[str]:
+    """Add pull secrets at every declared path, in the shape each path takes; the paths written.
+
+    ``lists`` take ``[{name: x}]``, ``plain_lists`` ``[x]``, ``single`` one name
+    and ``refs`` one ``{name: x}``; the last two get the first secret (the
+    mirror's credentials come first).
+    """
+    for path in lists:
+        set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=False))
+    for path in plain_lists:
+        set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=True))
+    for path in single:
+        set_path(target, path, names[0])
+    for path in refs:
+        set_path(target, path, {"name": names[0]})
+    return [*lists, *plain_lists, *single, *refs]

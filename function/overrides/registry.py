@@ -92,6 +92,27 @@ def rewrite_chart_repository(rules: Rules, repository: str) -> Rewrite | None:
     return Rewrite(rule.to.rstrip("/") + repository[len(rule.source.rstrip("/")) :], rule)
 
 
+def bare(ref: str) -> str:
+    """A reference without its URL scheme (chart repositories carry one; registries do not)."""
+    return ref.split("://", 1)[-1].rstrip("/")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One strict policy: who set it, where (for messages), and the registries it allows."""
+
+    by: str  # a document name, or INPUT_POLICY
+    where: str  # "EnvironmentConfig bank: data.servingStack.registry"
+    allowed: tuple[str, ...]  # host or host/path prefixes, no scheme
+
+    def allows(self, ref: str) -> bool:
+        return any(under(bare(ref), prefix) for prefix in self.allowed)
+
+
+# ``Policy.by`` of the policy the function Input imposes.
+INPUT_POLICY = "function Input"
+
+
 @dataclass(frozen=True)
 class Mirrors:
     """The registry settings of every applied document, merged in application order."""
@@ -102,11 +123,22 @@ class Mirrors:
     image_pull_secrets_by: str = ""
     chart_pull_secret: str = ""
     chart_pull_secret_by: str = ""
-    strict_by: tuple[str, ...] = ()
+    # Every strict policy in force (each must hold), and every rule of every
+    # document as written (before later documents replaced a source's target),
+    # with its kind ("images" or "charts").
+    policies: tuple[Policy, ...] = ()
+    written_rules: tuple[tuple[str, Rule], ...] = ()
 
     @property
     def strict(self) -> bool:
-        return bool(self.strict_by)
+        return bool(self.policies)
+
+    @property
+    def strict_by(self) -> tuple[str, ...]:
+        return tuple(p.by for p in self.policies)
+
+    def allowed(self, ref: str) -> bool:
+        return all(p.allows(ref) for p in self.policies)
 
     def __bool__(self) -> bool:
         return bool(self.images or self.charts or self.image_pull_secrets or self.chart_pull_secret or self.strict)

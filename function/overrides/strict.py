@@ -1,12 +1,20 @@
-"""``registry.strict``: find every image or chart reference still pointing upstream.
+"""``registry.strict``: an allow-list of registries for every image and chart.
 
-Two nets, so a reference is caught whether or not the stack declared where it is:
+With strict on (a document's ``registry.strict``, or the function Input's
+``spec.registry``), each policy in force names the registries it allows: its
+``allowedRegistries``, else the targets of its own document's rules. Every
+policy must hold:
 
+* no rule of any document may map a source onto itself or to a registry a
+  policy does not allow;
 * every reference the layer knows the position of (declared image value paths,
-  pod containers in manifests, driver resources, chart repositories) must be
-  under a mirror;
-* every string of the output is searched for the host of a registry the stack
-  pulls from (or a rule names as a source, or a well-known public registry).
+  written out even where a chart default or a controller built-in applies; pod
+  containers in manifests; driver resources; chart repositories) must be in
+  allowed registries, and one whose registry is not known here fails too;
+* every string of the output is searched for references nobody declared: one
+  naming a registry the stack, a rule or a well-known public registry uses,
+  and anything shaped like ``host/path:tag`` or held under an image-ish key
+  (``image``, ``repository``, ``registry``) on any host at all.
 """
 
 from __future__ import annotations
@@ -16,11 +24,12 @@ from collections.abc import Iterable, Iterator
 from functools import cache
 from typing import Any
 
+from function.errors import InputError
 from function.paths import get_path
 from function.stack import ImageRef, Stack
 
-from .images import Found, image_name, pod_containers, qualify, split_reference
-from .registry import CATCH_ALL, Mirrors
+from .images import REFERENCE, Found, image_name, is_host, pod_containers, qualify, split_reference
+from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
 
 # Public registries a chart default may point at even where the stack data
 # does not mention them (chart defaults are not all in the stack).
@@ -39,10 +48,16 @@ WELL_KNOWN_HOSTS = (
     "registry.gitlab.com",
 )
 
+# Keys whose string values are image references or registries wherever they sit.
+IMAGE_KEYS = ("image", "repository", "registry")
+# What separates references inside a longer string (flags, embedded YAML/JSON).
+_TOKEN = re.compile(r"[^\s\"'=,;()\[\]{}<>]+")
+# A message lists this many findings, then counts the rest: Crossplane stores it in the XR's events.
+SHOWN = 40
+
 
 def _host(ref: str) -> str:
-    ref = ref.split("://", 1)[-1]
-    return ref.split("/", 1)[0].lower()
+    return bare(ref).split("/", 1)[0].lower()
 
 
 def _image_hosts(values: dict[str, Any], images: Iterable[ImageRef]) -> Iterator[str]:
@@ -59,57 +74,131 @@ def stack_hosts(stack: Stack) -> frozenset[str]:
     for c in stack.components:
         if c.chart is not None:
             hosts.add(_host(c.chart.repository))
-        hosts.update(_image_hosts(c.values, c.images))
+        hosts.update(_image_hosts(c.values if c.is_release else c.manifest, c.images))
         for container, _path, _pod in pod_containers(c.manifest):
             hosts.add(_host(qualify(split_reference(container["image"])[0])))
     hosts.update(_image_hosts(stack.driver.resource, stack.driver.images))
     return frozenset(h for h in hosts if h)
 
 
-def _pattern(hosts: Iterable[str]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(h) for h in sorted(hosts, key=lambda h: (-len(h), h)))
-    # A host starts a string, follows a scheme's "//", or follows a character
-    # that cannot be part of a reference; a host inside a mirror path
-    # (mirror.example.com/quay.io/...) follows a single "/" and is not upstream.
-    return re.compile(rf"(?:(?<=://)|(?<![\w./:@-]))(?:{alternatives})(?![\w.-])", re.IGNORECASE)
-
-
-def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
+def _strings(node: Any, path: str, key: str = "") -> Iterator[tuple[str, str, str]]:
+    """(path, nearest map key, text) of every string in a body."""
     if isinstance(node, str):
-        yield path, node
+        yield path, key, node
     elif isinstance(node, dict):
-        for key, value in node.items():
-            yield from _strings(value, f"{path}.{key}" if path else str(key))
+        for k, value in node.items():
+            yield from _strings(value, f"{path}.{k}" if path else str(k), str(k))
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from _strings(item, f"{path}[{i}]")
+            yield from _strings(item, f"{path}[{i}]", key)
 
 
-def findings(
+def _references(key: str, text: str, hosts: frozenset[str]) -> Iterator[str]:
+    """The registry references in one string of the output, as written."""
+    imageish = any(word in key.lower() for word in IMAGE_KEYS)
+    for token in _TOKEN.findall(text):
+        name = bare(token)
+        first = name.split("/", 1)[0].lower()
+        if not is_host(first):
+            continue
+        if first in hosts:
+            yield token
+        elif "://" in token:
+            continue  # a URL on an unknown host is not an image (chart repositories are checked apart)
+        elif imageish or (REFERENCE.match(name) and "/" in name and split_reference(name)[1]):
+            yield token
+
+
+def _image_ref(found: Found) -> str:
+    assert found.ref
+    return found.ref if found.prefix else qualify(split_reference(found.ref)[0])
+
+
+def _rule_text(kind: str, rule: Rule) -> str:
+    return f"registry.{kind} rule {{from: {rule.source}, to: {rule.to}}}"
+
+
+def _outside(policies: Iterable[Policy], ref: str) -> Policy | None:
+    return next((p for p in policies if not p.allows(ref)), None)
+
+
+def _bounded(items: list[str]) -> str:
+    shown = "; ".join(items[:SHOWN])
+    return shown + (f"; ... and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
+
+
+def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str, str]]) -> None:
+    """Every rule of every document, as written, against every policy."""
+    problems: list[str] = []
+    for kind, rule in mirrors.written_rules:
+        at = f"{where.get(rule.origin, rule.origin)}: {_rule_text(kind, rule)}"
+        if rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source)):
+            problems.append(f"{at} maps {rule.source} onto itself, so its references stay where they are")
+            continue
+        policy = _outside(mirrors.policies, rule.to)
+        if policy is not None:
+            refs = sorted({f"{component}: {ref}" for component, ref in in_use if under(bare(ref), bare(rule.to))})
+            problems.append(
+                f"{at} maps to {bare(rule.to)}, outside the registries {policy.by} allows "
+                f"({', '.join(policy.allowed)}); references it sends there: "
+                + (", ".join(refs[:SHOWN]) if refs else "none in this stack yet")
+            )
+    if problems:
+        raise InputError(f"registry.strict (set by {', '.join(mirrors.strict_by)}): " + _bounded(problems))
+
+
+def enforce(
     stack: Stack,
     mirrors: Mirrors,
     bodies: Iterable[tuple[str, dict[str, Any]]],
     known: Iterable[Found],
-) -> tuple[list[str], list[str]]:
-    """What still points upstream, and what is not known here; ``<component> <where>: <ref>`` lines, sorted."""
-    sources = {_host(r.source) for r in (*mirrors.images.rules, *mirrors.charts.rules) if r.source != CATCH_ALL}
-    pattern = _pattern(stack_hosts(stack) | sources)
-    out: set[str] = set()
-    unknown: set[str] = set()
-    reported: dict[str, list[str]] = {}
-    for found in known:
-        if found.ref is None:
-            unknown.add(f"{found.component} {found.where}")
-        elif found.ref and not mirrors.images.mirrored(split_reference(found.ref)[0]):
-            out.add(f"{found.component} {found.where}: {found.ref}")
-            reported.setdefault(found.component, []).append(found.ref)
+    where: dict[str, str],
+    documents: int,
+) -> None:
+    """Raise a Fatal naming every rule and reference a strict policy refuses."""
+    bodies = list(bodies)
+    in_use: list[tuple[str, str]] = [(f.component, f.ref) for f in known if f.ref]
     for key, body in bodies:
         repository = get_path(body, "spec.forProvider.chart.repository")
-        if isinstance(repository, str) and not mirrors.charts.mirrored(repository.rstrip("/")):
-            out.add(f"{key} chart: {repository}")
-            reported.setdefault(key, []).append(repository)
-        for path, text in _strings(body, ""):
-            if not pattern.search(text) or any(text in ref for ref in reported.get(key, ())):
-                continue  # already listed as the reference it is part of
-            out.add(f"{key} {path}: {text if len(text) <= 200 else text[:200] + '...'}")
-    return sorted(out), sorted(unknown)
+        if isinstance(repository, str):
+            in_use.append((key, repository))
+    _check_rules(mirrors, where, in_use)
+
+    out: dict[str, None] = {}
+    rejected: list[str] = []
+    reported: dict[str, set[str]] = {}
+
+    def refuse(component: str, at: str, ref: str) -> None:
+        out[f"{component} {at}: {ref if len(ref) <= 200 else ref[:200] + '...'}"] = None
+        rejected.append(ref)
+        reported.setdefault(component, set()).add(ref)
+
+    for found in known:
+        if found.ref is None:
+            out[f"{found.component} {found.where}: its chart default is not recorded, so its registry is unknown"] = (
+                None
+            )
+        elif found.ref and not mirrors.allowed(_image_ref(found)):
+            refuse(found.component, found.where, found.ref)
+    sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
+        _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
+    }
+    hosts = stack_hosts(stack) | frozenset(sources)
+    for key, body in bodies:
+        repository = get_path(body, "spec.forProvider.chart.repository")
+        if isinstance(repository, str) and not mirrors.allowed(repository):
+            refuse(key, "chart", repository)
+        for path, field, text in _strings(body, ""):
+            for ref in _references(field, text, hosts):
+                if mirrors.allowed(ref) or any(ref in r or r in ref for r in reported.get(key, ())):
+                    continue  # allowed, or already listed as the reference it is part of
+                refuse(key, path, ref)
+    if out:
+        head = next((p for p in mirrors.policies if any(not p.allows(r) for r in rejected)), mirrors.policies[0])
+        lead = "no override document applies to this ServingStack; " if documents == 0 else ""
+        allow = "; ".join(f"{p.by}: {', '.join(p.allowed) or 'none'}" for p in mirrors.policies)
+        raise InputError(
+            f"{head.where}.strict: {lead}{len(out)} image or chart references are outside the allowed registries "
+            f'({allow}); mirror them with registry rules into those registries (or a "*" catch-all): '
+            + _bounded(sorted(out))
+        )
