@@ -119,7 +119,9 @@ def image_name(values: dict[str, Any], img: ImageRef) -> tuple[str, str] | None:
         repository = _read(values, img, "repository")
         if not repository:
             return None
-        return (f"{registry.rstrip('/')}/{repository}" if registry else repository), ""
+        # The tag where the stack knows it (a chart fills an unknown one in itself).
+        tag = _read(values, img, "tag") if img.tag else None
+        return (f"{registry.rstrip('/')}/{repository}" if registry else repository), f":{tag}" if tag else ""
     return (registry, "") if registry else None
 
 
