@@ -293,5 +293,82 @@ def explain(
         click.echo(explaining.format_text(chosen, found, components, notes, only_changed=only_changed), nl=False)
 
 
+def _every_stack() -> list[dict[str, Any]]:
+    """One ServingStack per generated stack, matching documents that select by cloud only."""
+    return [
+        {
+            "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
+            "kind": "ServingStack",
+            "metadata": {"name": f"any-{stack.module_name(cloud, accelerator).replace('_', '-')}"},
+            "spec": {
+                "cloud": cloud,
+                "accelerator": accelerator,
+                "secrets": [{"type": "Kubeconfig", "name": "kubeconfig", "key": "kubeconfig"}],
+            },
+        }
+        for cloud, accelerator in stack.available()
+    ]
+
+
+@cli.command()
+@click.option(
+    "--xr",
+    "xr_files",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A ServingStack (repeatable); without it, every generated stack.",
+)
+@click.option(
+    "--required-resources",
+    "-e",
+    "required",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="EnvironmentConfigs (file or directory).",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's Input (as in the Composition's pipeline step).",
+)
+@click.option(
+    "--format",
+    "-O",
+    "output",
+    type=click.Choice(["lines", "pairs", "skopeo"]),
+    default="lines",
+    show_default=True,
+    help="lines: one image or chart per line; pairs: upstream -> mirror for what a rule moved; "
+    "skopeo: skopeo sync YAML (--src yaml), one document per destination.",
+)
+def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: Path | None, output: str) -> None:
+    """Print every image and chart the stack(s) will pull, after the EnvironmentConfigs' overrides."""
+    from function.errors import InputError
+    from function.fn import parse_xr, select_stack
+    from function.overrides import explain as explaining
+    from function.overrides import pulls
+    from function.render_loop import fetch_resources, to_jsonable
+
+    logging.configure(logging.Level.DISABLED)
+    supplied = _read_documents(required)
+    given = to_jsonable(_read_one(input_file, "Input"))
+    xrs = [to_jsonable(_read_one(path, "ServingStack")) for path in xr_files] or _every_stack()
+    found: list[pulls.Pull] = []
+    for raw in xrs:
+        try:
+            xr = parse_xr(raw)
+            req = explaining.request_for(raw, given)
+            offline = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
+            found += pulls.pulls(select_stack(xr), offline)
+        except InputError as err:
+            _fail(f"{xr.metadata.name if 'xr' in locals() else '?'}: {err}")
+    try:
+        text = {"lines": pulls.as_lines, "pairs": pulls.as_pairs, "skopeo": pulls.as_skopeo}[output](found)
+    except InputError as err:
+        _fail(str(err))
+    click.echo(text, nl=False)
+
+
 if __name__ == "__main__":
     cli()

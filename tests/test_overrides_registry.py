@@ -177,8 +177,8 @@ def test_every_declared_image_is_written_explicitly_to_the_mirror(cloud: str, ac
     for c in chosen.components:
         if not c.images:
             continue
-        forProvider = got[c.key]["spec"]["forProvider"]
-        values = forProvider["values"] if c.is_release else forProvider["manifest"]
+        for_provider = got[c.key]["spec"]["forProvider"]
+        values = for_provider["values"] if c.is_release else for_provider["manifest"]
         for img in c.images:
             known = {k: v for k, v in {**img.builtin, **img.default}.items() if v}
             if img.ref and (known.get("ref") or get_path(c.values if c.is_release else c.manifest, img.ref)):

@@ -43,6 +43,9 @@ class Result:
     notes: tuple[str, ...]
     # component key -> field path ("values.a.b", "chart.version", "state" …) -> document name
     provenance: dict[str, dict[str, str]]
+    # Every image reference of the managed components, after the mirrors; and the mirrors.
+    images: tuple[images.Found, ...] = ()
+    mirrors: Mirrors = field(default_factory=Mirrors)
 
 
 @dataclass
@@ -432,7 +435,7 @@ class _Planner:
         provenance.update(self.driver_provenance)
         if mirrors.strict:
             _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
-        return Result(tuple(planned), tuple(self.notes), provenance)
+        return Result(tuple(planned), tuple(self.notes), provenance, tuple(self.found), mirrors)
 
 
 def compute(stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> Result:
