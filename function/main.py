@@ -362,7 +362,8 @@ def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: P
             offline = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
             found += pulls.pulls(select_stack(xr), offline)
         except InputError as err:
-            _fail(f"{xr.metadata.name if 'xr' in locals() else '?'}: {err}")
+            meta = raw.get("metadata")
+            _fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
     try:
         text = {"lines": pulls.as_lines, "pairs": pulls.as_pairs, "skopeo": pulls.as_skopeo}[output](found)
     except InputError as err:

@@ -56,6 +56,10 @@ _RELEASE_VALUES: dict[str, dict[str, Any]] = {
 #: Keys of a map that make it an image: charts split a reference into these.
 _IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "digest", "sha")
 
+#: A string that is a full image reference whatever its key: registry host (a
+#: dot or a port), path, and a tag.
+_FULL_REFERENCE = re.compile(r"^[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::\d+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
 _VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
@@ -115,8 +119,12 @@ def _image_entries(values: Any, prefix: str = "") -> list[dict[str, Any]]:
             if is_image:
                 out.append({"path": path, "shape": "+".join(sorted(parts)), "default": parts})
             out += _image_entries(nested, path)
-        elif isinstance(value, str) and _names_an_image(str(key), value):
+        elif isinstance(value, str) and (_names_an_image(str(key), value) or _FULL_REFERENCE.match(value)):
             out.append({"path": path, "shape": "ref", "default": {"ref": value}})
+        elif isinstance(value, list):
+            # Images inside list items (gpu-operator's kataManager.config.runtimeClasses[].artifacts.url).
+            for i, item in enumerate(value):
+                out += _image_entries(item, f"{path}[{i}]")
     return out
 
 

@@ -131,6 +131,14 @@ class PdbSpec(Strict):
     maxUnavailable: str | None = None  # noqa: N815
 
 
+class NotDeployed(Strict):
+    """An image value of the chart the stack does not declare, because our configuration never runs it."""
+
+    path: str  # the image's value path in the chart inventory (or a prefix of it, or a dependency's key)
+    disabledBy: str  # noqa: N815 - a value path false or empty in every stack's effective values (tested)
+    reason: str
+
+
 class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
@@ -148,6 +156,7 @@ class ChartFacts(Strict):
     driver: dict[str, Any] | None = None
     driverRoot: str | None = None  # noqa: N815
     customResources: dict[str, Any] | None = None  # noqa: N815
+    notDeployed: list[NotDeployed] = Field(default_factory=list)  # noqa: N815
 
 
 class Charts(Strict):

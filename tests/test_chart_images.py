@@ -1,0 +1,232 @@
+"""Every image a stack can run, checked against the pinned chart sources (their inventories in facts/charts/).
+
+Completeness: every image value of every chart a stack installs (its enabled
+dependencies included) is declared in stacks/charts.yaml, or listed there as
+never deployed by our configuration, with the switch that keeps it off.
+
+Acceptance: with the bank's mirror and strict on, the effective image of every
+workload is in the mirror on all stacks. Effective means what Helm computes:
+the chart's default values coalesced with the values we render, plus the
+images controllers pick themselves (the data-plane proxy, AMD operands).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from function import stack
+from function.model import Accelerator, Cloud
+from function.overrides.images import pod_containers, qualify, split_reference
+from function.paths import get_path
+from function.values import deep_merge, drop_nulls
+from generator.stackfile import ChartFacts, Charts, NotDeployed, read
+from tests.conftest import desired, make_xr
+from tests.test_overrides import PAIRS, ec, overridden
+from tests.test_strict import BANK_HOST, bank, policy_input
+
+REPO = Path(__file__).resolve().parents[1]
+FACTS = REPO / "facts" / "charts"
+CHARTS = read(REPO / "stacks" / "charts.yaml", Charts).charts
+
+
+@functools.cache
+def inventory(chart: str, version: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((FACTS / f"{chart}-{version}.yaml").read_text())
+    return data
+
+
+def installed() -> list[tuple[str, str]]:
+    """Every (chart, version) a generated stack installs."""
+    charts = set()
+    for cloud, accelerator in stack.available():
+        loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
+        assert loaded is not None
+        charts |= {(c.chart.name, c.chart.version) for c in loaded.components if c.chart is not None}
+    return sorted(charts)
+
+
+def _entry_paths(entry: dict[str, Any]) -> set[str]:
+    """The value paths an inventory image entry holds: itself (one string) or its parts (a map)."""
+    if entry["shape"] == "ref":
+        return {entry["path"]}
+    return {f"{entry['path']}.{part}" for part in entry["default"]}
+
+
+def _declared_paths(facts: ChartFacts) -> set[str]:
+    return {p for img in facts.images for p in (img.ref, img.registry, img.repository, img.tag) if p}
+
+
+def _waiver(facts: ChartFacts, path: str) -> NotDeployed | None:
+    return next((w for w in facts.notDeployed if path == w.path or re.match(re.escape(w.path) + r"[.\[]", path)), None)
+
+
+def _effective(chart: str, version: str, rendered: dict[str, Any]) -> dict[str, Any]:
+    """The values Helm renders with: chart defaults coalesced with ours (null deletes a default)."""
+    merged: dict[str, Any] = drop_nulls(deep_merge(inventory(chart, version)["values"], rendered))
+    return merged
+
+
+@pytest.mark.parametrize(("chart", "version"), installed())
+def test_every_image_value_of_the_chart_is_declared_or_never_deployed(chart: str, version: str) -> None:
+    assert (FACTS / f"{chart}-{version}.yaml").is_file(), "run ./dev refresh: no inventory for this chart"
+    facts = CHARTS[chart]
+    declared = _declared_paths(facts)
+    inv = inventory(chart, version)
+    missing = [e["path"] for e in inv["images"] if not _entry_paths(e) & declared and _waiver(facts, e["path"]) is None]
+    assert missing == [], f"{chart} {version}: image values neither declared nor listed as not deployed"
+    # A dependency whose sources were not pinned cannot be inventoried: it must be switched off.
+    unread = [d.get("alias", d["name"]) for d in inv["dependencies"] if d["sources"] == "not in the chart sources"]
+    assert [d for d in unread if _waiver(facts, d) is None] == []
+    # Every waiver names something the chart has.
+    names = {e["path"] for e in inv["images"]} | set(unread)
+    for waiver in facts.notDeployed:
+        assert any(n == waiver.path or re.match(re.escape(waiver.path) + r"[.\[]", n) for n in names), waiver
+
+
+@pytest.mark.parametrize(("chart", "version"), installed())
+def test_declared_image_defaults_are_the_chart_defaults(chart: str, version: str) -> None:
+    values = inventory(chart, version)["values"]
+    missing = object()
+    for img in CHARTS[chart].images:
+        for key, default in img.default.items():
+            path = getattr(img, key)
+            assert path is not None, (img.name, key)
+            got = get_path(values, path, missing)
+            # A key the chart leaves out of its values (cert-manager's image.tag) is an empty default.
+            assert (default or "") == ("" if got is missing or got is None else got), (chart, img.name, path)
+        for key, builtin in img.builtin.items():
+            # A built-in only stands in for a value the chart leaves empty.
+            assert not get_path(values, getattr(img, key)), (chart, img.name, key, builtin)
+
+
+def _stack_releases() -> list[tuple[str, str, str, str, dict[str, Any]]]:
+    out = []
+    for cloud, accelerator in stack.available():
+        loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
+        assert loaded is not None
+        out += [
+            (loaded.id, c.key, c.chart.name, c.chart.version, c.values)
+            for c in loaded.components
+            if c.chart is not None
+        ]
+    return out
+
+
+@pytest.mark.parametrize(("stack_id", "key", "chart", "version", "values"), _stack_releases())
+def test_what_is_never_deployed_is_switched_off_in_every_stack(
+    stack_id: str, key: str, chart: str, version: str, values: dict[str, Any]
+) -> None:
+    effective = _effective(chart, version, values)
+    for waiver in CHARTS[chart].notDeployed:
+        assert not get_path(effective, waiver.disabledBy), (stack_id, key, waiver.path, waiver.disabledBy)
+
+
+# --------------------------------------------------------------------------- #
+# Acceptance: bank mirror + strict on every stack
+# --------------------------------------------------------------------------- #
+
+
+def _image_name(values: dict[str, Any], entry: dict[str, Any]) -> str:
+    """The image an inventory entry names in the effective values, as the chart composes it (no tag)."""
+    node = get_path(values, entry["path"])
+    if entry["shape"] == "ref":
+        return split_reference(node)[0] if isinstance(node, str) and node else ""
+    assert isinstance(node, dict), entry["path"]
+    if "image" in node and "repository" in node:  # GPU Operator: {repository}/{image}:{version}
+        registry, name = node.get("repository") or "", node.get("image") or ""
+    else:
+        registry, name = node.get("registry") or "", node.get("repository") or ""
+    return f"{registry}/{name}" if registry and name else name
+
+
+def _in_mirror(ref: str) -> bool:
+    return qualify(split_reference(ref)[0]).startswith(BANK_HOST + "/")
+
+
+def _bank_document(cloud: str, accelerator: str) -> dict[str, Any]:
+    loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
+    assert loaded is not None
+    doc = bank()
+    if loaded.driver.source == "gpu-operator" and loaded.driver.resource:
+        doc["drivers"] = [{"name": "pool-a", "nodeSelector": {"pool": "a"}, "version": "1.0"}]
+    return doc
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
+def test_with_the_bank_mirror_the_effective_image_of_every_workload_is_in_the_mirror(
+    cloud: str, accelerator: str
+) -> None:
+    loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
+    assert loaded is not None
+    got = desired(
+        overridden(make_xr(cloud, accelerator), ec("bank", _bank_document(cloud, accelerator)), input=policy_input())
+    )
+    checked: list[str] = []
+    outside: list[str] = []
+    for comp in loaded.components:
+        body = got[comp.key]["spec"]["forProvider"]
+        if comp.chart is not None:
+            values = _effective(comp.chart.name, comp.chart.version, body.get("values", {}))
+            facts = CHARTS[comp.chart.name]
+            for entry in inventory(comp.chart.name, comp.chart.version)["images"]:
+                if _waiver(facts, entry["path"]) is not None:
+                    continue
+                name = _image_name(values, entry)
+                checked.append(name)
+                if not _in_mirror(name):
+                    outside.append(f"{comp.key} {entry['path']}: {name!r}")
+            # Controller built-ins: written out, and into the mirror (a built-in
+            # tag is the chart's appVersion, the same in the mirror).
+            for img in facts.images:
+                for key in set(img.builtin) - {"tag"}:
+                    value = get_path(values, getattr(img, key))
+                    checked.append(value)
+                    if not (isinstance(value, str) and value.startswith(BANK_HOST + "/")):
+                        outside.append(f"{comp.key} {getattr(img, key)}: {value!r}")
+        else:
+            manifest = body["manifest"]
+            refs = [c["image"] for c, _path, _pod in pod_containers(manifest)]
+            refs += [get_path(manifest, img.ref) for img in comp.images if img.ref]
+            checked += refs
+            outside += [f"{comp.key}: {r}" for r in refs if not _in_mirror(r)]
+    assert outside == []
+    assert len(checked) >= 30
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
+def test_the_gateway_class_proxy_image_is_the_mirrored_one(cloud: str, accelerator: str) -> None:
+    got = desired(overridden(make_xr(cloud, accelerator), ec("bank", bank())))
+    manifests = [b["spec"]["forProvider"]["manifest"] for b in got.values() if b["kind"] == "Object"]
+    [gateway_class] = [m for m in manifests if m["kind"] == "GatewayClass"]
+    ref = gateway_class["spec"]["parametersRef"]
+    [proxy] = [
+        m
+        for m in manifests
+        if m["kind"] == ref["kind"] and m["metadata"] == {"name": ref["name"], "namespace": ref["namespace"]}
+    ]
+    # StrategicMerge keeps Envoy Gateway's default EnvoyProxy (where the chart's proxy settings go).
+    assert proxy["spec"]["mergeType"] == "StrategicMerge"
+    deployment = proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]
+    assert deployment["container"]["image"] == f"{BANK_HOST}/hub/envoyproxy/envoy:distroless-v1.38.1"
+    assert deployment["pod"]["imagePullSecrets"] == [{"name": "bank-pull"}]
+
+
+def test_per_pool_device_configs_set_every_operand_image_the_chart_knows() -> None:
+    """Each image of the chart's default DeviceConfig is a DeviceConfig field; a per-pool one sets them all."""
+    got = desired(overridden(make_xr("Existing", "AMD"), ec("bank", _bank_document("Existing", "AMD"))))
+    spec = got["driver-pool-a"]["spec"]["forProvider"]["manifest"]["spec"]
+    facts = inventory("gpu-operator-charts", "v1.4.0")
+    fields = [
+        e["path"].removeprefix("deviceConfig.spec.") for e in facts["images"] if e["path"].startswith("deviceConfig.")
+    ]
+    assert len(fields) >= 9
+    for field in fields:
+        assert _in_mirror(get_path(spec, field) or ""), field
+    # The in-cluster driver build's base image registry (CRD default docker.io).
+    assert spec["driver"]["imageBuild"]["baseImageRegistry"] == f"{BANK_HOST}/hub"
