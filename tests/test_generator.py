@@ -114,7 +114,9 @@ def test_chart_facts_read_at_another_version_are_refused(tmp_path: Path) -> None
 def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
     out = tmp_path / "generated"
     shutil.copytree(REPO / "function" / "generated", out)
-    (out / "eks_nvidia.py").write_text((out / "eks_nvidia.py").read_text().replace("v25.10.1", "v25.3.0"))
+    (out / "eks_nvidia.py").write_text(
+        (out / "eks_nvidia.py").read_text().replace("'version': 'v25.10.1'", "'version': 'v25.3.0'")
+    )
     run = subprocess.run(
         [sys.executable, "-m", "generator", "--check", "--out", str(out)],
         cwd=REPO,
