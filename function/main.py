@@ -121,26 +121,30 @@ def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
     return docs
 
 
+_REQUIRED_OPTION = click.option(
+    "--required-resources",
+    "--extra-resources",
+    "-e",
+    "required",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="EnvironmentConfigs and other required resources (file or directory).",
+)
+_INPUT_OPTION = click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's Input (as in the Composition's pipeline step).",
+)
+
+
 def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
     """The inputs render and explain share: the XR, EnvironmentConfigs and the function Input."""
     for option in reversed(
         (
             click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-            click.option(
-                "--required-resources",
-                "--extra-resources",
-                "-e",
-                "required",
-                multiple=True,
-                type=click.Path(exists=True, path_type=Path),
-                help="EnvironmentConfigs and other required resources (file or directory).",
-            ),
-            click.option(
-                "--input",
-                "input_file",
-                type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                help="The function's Input (as in the Composition's pipeline step).",
-            ),
+            _REQUIRED_OPTION,
+            _INPUT_OPTION,
         )
     ):
         command = option(command)
@@ -318,20 +322,8 @@ def _every_stack() -> list[dict[str, Any]]:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A ServingStack (repeatable); without it, every generated stack.",
 )
-@click.option(
-    "--required-resources",
-    "-e",
-    "required",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="EnvironmentConfigs (file or directory).",
-)
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's Input (as in the Composition's pipeline step).",
-)
+@_REQUIRED_OPTION
+@_INPUT_OPTION
 @click.option(
     "--format",
     "-O",
