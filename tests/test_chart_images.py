@@ -22,7 +22,7 @@ import yaml
 
 from function import stack
 from function.model import Accelerator, Cloud
-from function.overrides.images import pod_containers, qualify, split_reference
+from function.overrides.images import image_name, pod_containers, qualify, split_reference
 from function.paths import get_path
 from function.values import deep_merge, drop_nulls
 from generator.stackfile import ChartFacts, Charts, NotDeployed, read
@@ -195,6 +195,14 @@ def test_with_the_bank_mirror_the_effective_image_of_every_workload_is_in_the_mi
             refs += [get_path(manifest, img.ref) for img in comp.images if img.ref]
             checked += refs
             outside += [f"{comp.key}: {r}" for r in refs if not _in_mirror(r)]
+    # Per-pool driver resources (NVIDIADriver, DeviceConfig): every image the stack declares for them.
+    for key in (k for k in got if k.startswith("driver-")):
+        manifest = got[key]["spec"]["forProvider"]["manifest"]
+        for img in loaded.driver.images:
+            named = image_name(manifest, img)
+            checked.append(named[0] if named else "")
+            if named is None or not named[0].startswith(BANK_HOST + "/"):
+                outside.append(f"{key} image {img.name}: {named}")
     assert outside == []
     assert len(checked) >= 30
 
