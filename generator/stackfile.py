@@ -139,6 +139,13 @@ class NotDeployed(Strict):
     reason: str
 
 
+class OtherPullSecret(Strict):
+    """A pull-secret value the chart's templates read that the layer leaves alone, and why that is enough."""
+
+    path: str
+    reason: str
+
+
 class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
@@ -157,6 +164,7 @@ class ChartFacts(Strict):
     driverRoot: str | None = None  # noqa: N815
     customResources: dict[str, Any] | None = None  # noqa: N815
     notDeployed: list[NotDeployed] = Field(default_factory=list)  # noqa: N815
+    otherPullSecrets: list[OtherPullSecret] = Field(default_factory=list)  # noqa: N815
 
 
 class Charts(Strict):

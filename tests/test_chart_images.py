@@ -90,6 +90,28 @@ def test_every_image_value_of_the_chart_is_declared_or_never_deployed(chart: str
 
 
 @pytest.mark.parametrize(("chart", "version"), installed())
+def test_every_pull_secret_value_the_templates_read_is_written_or_explained(chart: str, version: str) -> None:
+    facts = CHARTS[chart]
+    written = {
+        *facts.imagePullSecrets,
+        *facts.imagePullSecretNames,
+        *facts.imagePullSecretName,
+        *facts.imagePullSecretRef,
+    }
+    explained = {o.path for o in facts.otherPullSecrets}
+    read_by_templates = {
+        p for p in inventory(chart, version)["templateValues"] if re.search(r"pullsecret|registrysecret", p, re.I)
+    }
+    missing = sorted(p for p in read_by_templates - written - explained if _waiver(facts, p) is None)
+    assert missing == []
+    # What is written or explained is read by the chart (a stale path would write into nothing).
+    # The AMD DeviceConfig's imageRegistrySecrets are read through `with` blocks, not as .Values paths.
+    assert sorted(explained - read_by_templates) == []
+    unread = {p for p in written - read_by_templates if not p.startswith("deviceConfig.spec.")}
+    assert sorted(unread) == []
+
+
+@pytest.mark.parametrize(("chart", "version"), installed())
 def test_declared_image_defaults_are_the_chart_defaults(chart: str, version: str) -> None:
     values = inventory(chart, version)["values"]
     missing = object()
