@@ -220,11 +220,11 @@ def test_with_the_bank_mirror_the_effective_image_of_every_workload_is_in_the_mi
     # Per-pool driver resources (NVIDIADriver, DeviceConfig): every image the stack declares for them.
     for key in (k for k in got if k.startswith("driver-")):
         manifest = got[key]["spec"]["forProvider"]["manifest"]
-        for img in loaded.driver.images:
-            named = image_name(manifest, img)
+        for driver_image in loaded.driver.images:
+            named = image_name(manifest, driver_image)
             checked.append(named[0] if named else "")
             if named is None or not named[0].startswith(BANK_HOST + "/"):
-                outside.append(f"{key} image {img.name}: {named}")
+                outside.append(f"{key} image {driver_image.name}: {named}")
     assert outside == []
     assert len(checked) >= 30
 
