@@ -10,9 +10,11 @@ import pytest
 
 from function.paths import get_path
 from function.render_loop import RenderResult, grpc_runner, run_pipeline
+from tests import k8s_schema
 from tests.conftest import desired, make_xr, provider_configs
 from tests.serve import serving
 from tests.test_overrides import PAIRS, ec, fatal, overridden
+from tests.test_overrides_e2e import INPUT_CRD
 
 BANK_HOST = "mirror.bank.internal"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
@@ -282,3 +284,13 @@ def test_the_input_policy_over_grpc(server: str) -> None:
     doc = {**bank(), "drivers": [{"name": "mi300", "nodeSelector": {"pool": "mi300"}, "version": "6.4"}]}
     got = desired(_over_grpc(server, xr, [ec("bank", doc)], input=policy_input()))
     assert got["driver-mi300"]["spec"]["forProvider"]["manifest"]["spec"]["driver"]["image"].startswith(BANK_HOST)
+
+
+def test_the_input_crd_takes_the_contract_field_names_and_the_function_reads_them() -> None:
+    index = k8s_schema.CRDIndex([INPUT_CRD])
+    good = {**policy_input(), "metadata": {"name": "policy"}}
+    assert index.validate(good) == []
+    for broken in ({"strict": True}, {"strict": True, "allowedRegistries": []}, {"allowedRegistries": [BANK_HOST]}):
+        assert index.validate({**good, "spec": {"registry": broken}}), broken
+    # What the CRD admits, the function enforces.
+    assert "function Input: spec.registry.strict" in fatal(make_xr("GKE"), input=good)
