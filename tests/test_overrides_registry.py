@@ -279,7 +279,7 @@ def test_strict_refuses_an_image_whose_registry_is_not_known() -> None:
     comps = tuple(
         dataclasses.replace(c, images=(*c.images, unknown)) if c.key == "cert-manager" else c for c in base.components
     )
-    with pytest.raises(InputError, match="cert-manager image mystery: its chart default is not recorded"):
+    with pytest.raises(InputError, match="cert-manager image mystery: no value and no recorded default"):
         apply.compute(dataclasses.replace(base, components=comps), _document(mirror_all()))
 
 

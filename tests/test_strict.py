@@ -294,3 +294,11 @@ def test_the_input_crd_takes_the_contract_field_names_and_the_function_reads_the
         assert index.validate({**good, "spec": {"registry": broken}}), broken
     # What the CRD admits, the function enforces.
     assert "function Input: spec.registry.strict" in fatal(make_xr("GKE"), input=good)
+
+
+def test_a_patch_removing_the_proxy_image_cannot_hand_it_back_to_the_controller_default() -> None:
+    unset = {"spec": {"provider": {"kubernetes": {"envoyDeployment": {"container": {"image": None}}}}}}
+    team = ec("team", {"priority": 99, "components": {"gateway-proxy": {"manifest": unset}}})
+    got = desired(overridden(make_xr("GKE"), ec("bank", bank()), team))
+    container = got["gateway-proxy"]["spec"]["forProvider"]["manifest"]["spec"]["provider"]["kubernetes"]
+    assert container["envoyDeployment"]["container"]["image"] == f"{BANK_HOST}/hub/envoyproxy/envoy:distroless-v1.38.1"

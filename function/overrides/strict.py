@@ -175,9 +175,7 @@ def enforce(
 
     for found in known:
         if found.ref is None:
-            out[f"{found.component} {found.where}: its chart default is not recorded, so its registry is unknown"] = (
-                None
-            )
+            out[f"{found.component} {found.where}: no value and no recorded default, so its registry is unknown"] = None
         elif found.ref and not mirrors.allowed(_image_ref(found)):
             refuse(found.component, found.where, found.ref)
     sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
