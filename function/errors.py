@@ -27,3 +27,14 @@ def describe(err: ValidationError, obj: str, prefix: str = "") -> str:
         got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e['input']!r})"
         problems.append(f"{where}: {message}{got}")
     return f"{obj}: " + "; ".join(problems)
+
+
+# Items listed in one message: a selector may match many EnvironmentConfigs,
+# and a result must stay readable in `kubectl describe`.
+MAX_LISTED = 5
+
+
+def first_few(items: list[str], sep: str = "; ") -> str:
+    """The first ``MAX_LISTED`` items, then how many more."""
+    more = len(items) - MAX_LISTED
+    return sep.join(items[:MAX_LISTED]) + (f"{sep}and {more} more" if more > 0 else "")

@@ -72,7 +72,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
-        plan, notes = overrides.plan(chosen, found)
+        plan, warnings, notes = overrides.plan(chosen, found)
         renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
         apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
@@ -82,10 +82,11 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
     if address:
         status["gateway"] = {"address": address}
     write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    for note in notes:
-        response.warning(rsp, note)
-    if found.applied:
-        response.normal(rsp, overrides.summary(found, plan))
+    for warning in (*found.warnings, *warnings):
+        response.warning(rsp, warning)
+    for note in (*found.notes, *notes):
+        response.normal(rsp, note)
+    response.normal(rsp, overrides.summary(chosen, found, plan))
     return rsp
 
 

@@ -27,7 +27,8 @@ from function.errors import InputError
 from function.fn import FunctionRunner
 from function.main import cli
 from function.model import Accelerator, Cloud, ServingStack
-from function.overrides.collect import Document, parse_environment_config
+from function.overrides.collect import parse_environment_config
+from function.overrides.document import Document
 from function.render_loop import RenderError, RenderResult, render_documents, struct_to_dict
 from function.stack import Stack
 from function.transforms import Transform

@@ -16,6 +16,7 @@ from function import server, stack
 from function.compose import renderer
 from function.fn import FunctionRunner
 from function.model import Accelerator, Cloud
+from function.validate import validate
 
 
 def _fail(message: str) -> NoReturn:
@@ -362,6 +363,8 @@ def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: P
         _fail(str(err))
     click.echo(text, nl=False)
 
+
+cli.add_command(validate)
 
 if __name__ == "__main__":
     cli()

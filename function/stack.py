@@ -215,3 +215,10 @@ def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
         return None
     module = importlib.import_module(f"function.generated.{module_name(cloud.value, accelerator.value)}")
     return stack_from_data(module.STACK)
+
+
+@cache
+def every() -> tuple[Stack, ...]:
+    """Every generated stack, in the generated index's order."""
+    loaded = (load(Cloud(c), Accelerator(a)) for c, a in available())
+    return tuple(s for s in loaded if s is not None)

@@ -11,7 +11,8 @@ from google.protobuf import struct_pb2
 
 from function.__version__ import __version__
 from function.compose import Planned
-from function.overrides import Found
+from function.overrides import Found, memory
+from function.overrides.document import Fingerprint
 from function.stack import Stack
 
 
@@ -36,13 +37,15 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
         "aicrCommit": stack.provenance["aicr"]["commit"],
         "components": components,
         "environmentConfigs": list(found.applied),
+        # The memory a document that goes missing is kept from (overrides.memory).
+        "documents": memory.entries(found),
     }
 
 
 # (stack, applied documents, rendered keys) -> status.stack: the status is a
 # function of these alone, and converting it is the costliest step left on
 # the hot path. Distinct combinations in use at once: a few per fleet.
-_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...], frozenset[str]], struct_pb2.Struct] = OrderedDict()
+_CACHE: OrderedDict[tuple[Stack, Fingerprint, frozenset[str]], struct_pb2.Struct] = OrderedDict()
 _CACHE_MAX = 512
 
 

@@ -15,6 +15,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.fn import FunctionRunner
 from function.render_loop import RenderResult, run_pipeline
 from generator.refresh import DEFAULT_SHARED
+from tests import k8s_schema
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"
@@ -37,6 +38,7 @@ def load_docs(path: Path) -> list[dict[str, Any]]:
 
 
 EXAMPLE_XR = load_docs(EXAMPLE / "xr.yaml")[0]
+XRD = load_docs(EXAMPLE / "xrd.yaml")[0]
 
 
 def make_xr(cloud: str = "GKE", accelerator: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -115,6 +117,32 @@ def run_once(xr: dict[str, Any], observed: list[dict[str, Any]] | None = None) -
     for name in first.requirements.resources:
         req.required_resources[name].CopyFrom(fnv1.Resources())
     return asyncio.run(FunctionRunner().RunFunction(req))
+
+
+@pytest.fixture(scope="session")
+def xr_index(tmp_path_factory: pytest.TempPathFactory) -> k8s_schema.CRDIndex:
+    """The XRD as the CRD Crossplane derives from it (plus the fields Crossplane adds)."""
+    version = copy.deepcopy(XRD["spec"]["versions"][0])
+    schema = version["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"]["crossplane"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    schema["properties"].update(apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"})
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": XRD["metadata"]["name"]},
+        "spec": {
+            "group": XRD["spec"]["group"],
+            "names": XRD["spec"]["names"],
+            "scope": XRD["spec"]["scope"],
+            "versions": [{**version, "storage": True}],
+        },
+    }
+    path: Path = tmp_path_factory.mktemp("xrd") / "crd.yaml"
+    path.write_text(yaml.safe_dump(crd))
+    return k8s_schema.CRDIndex([path])
 
 
 @pytest.fixture(autouse=True)

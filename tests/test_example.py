@@ -3,46 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from function.model import ServingStackSpec
 from function.render_loop import grpc_runner, render_documents, run_composition, run_pipeline
 from tests import k8s_schema
-from tests.conftest import EXAMPLE, load_docs
+from tests.conftest import EXAMPLE, XRD, load_docs
 from tests.serve import serving
-
-XRD = load_docs(EXAMPLE / "xrd.yaml")[0]
-
-
-@pytest.fixture(scope="module")
-def xr_index(tmp_path_factory: pytest.TempPathFactory) -> k8s_schema.CRDIndex:
-    """The XRD as the CRD Crossplane derives from it (plus the fields Crossplane adds)."""
-    version = copy.deepcopy(XRD["spec"]["versions"][0])
-    schema = version["schema"]["openAPIV3Schema"]
-    schema["properties"]["spec"]["properties"]["crossplane"] = {
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": True,
-    }
-    schema["properties"].update(apiVersion={"type": "string"}, kind={"type": "string"}, metadata={"type": "object"})
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": XRD["metadata"]["name"]},
-        "spec": {
-            "group": XRD["spec"]["group"],
-            "names": XRD["spec"]["names"],
-            "scope": XRD["spec"]["scope"],
-            "versions": [{**version, "storage": True}],
-        },
-    }
-    path: Path = tmp_path_factory.mktemp("xrd") / "crd.yaml"
-    path.write_text(yaml.safe_dump(crd))
-    return k8s_schema.CRDIndex([path])
 
 
 @pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])

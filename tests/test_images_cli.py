@@ -11,8 +11,7 @@ import yaml
 from function import stack
 from function.model import Accelerator, Cloud
 from function.overrides import pulls
-from function.overrides.collect import Document, Found
-from function.overrides.document import OverrideDocument
+from function.overrides.document import Document, Found, OverrideDocument
 from function.overrides.images import qualify, split_reference
 
 REPO = Path(__file__).resolve().parents[1]

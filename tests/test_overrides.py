@@ -71,7 +71,9 @@ def test_no_environment_config_renders_exactly_the_generated_stack() -> None:
     assert with_unrelated.desired.SerializeToString(deterministic=True) == plain.desired.SerializeToString(
         deterministic=True
     )
-    assert messages(plain) == []
+    # Said in a Normal result, so `kubectl describe` shows that no document is in force.
+    [note] = messages(plain)
+    assert note.startswith("No override document applies to this ServingStack: stack eks-nvidia renders as generated")
 
 
 def test_the_function_asks_for_environment_configs_and_renders_once_they_arrive() -> None:
@@ -391,11 +393,14 @@ def test_drivers_on_an_amd_stack_render_device_configs() -> None:
 
 @pytest.mark.parametrize("cloud", ["EKS", "GKE", "AKS", "Nebius", "Vultr"])
 def test_drivers_on_a_node_image_stack_are_an_error_saying_so(cloud: str) -> None:
-    message = fatal(
-        make_xr(cloud), ec("pools", {"drivers": [{"name": "h100", "nodeSelector": {"a": "b"}, "version": "1"}]})
-    )
+    pools = {"drivers": [{"name": "h100", "nodeSelector": {"a": "b"}, "version": "1"}]}
+    message = fatal(make_xr(cloud), ec("pools", {"match": {"clouds": [cloud]}, **pools}))
     assert "EnvironmentConfig pools: data.servingStack.drivers[h100]" in message
-    assert "the node image supplies the GPU driver" in message
+    assert "the node image supplies the GPU driver" in message and f"(clouds: ['{cloud}']) selects none" in message
+    # A fleet-wide document also selects Existing stacks: skipped here, with a note.
+    result = overridden(make_xr(cloud), ec("pools", pools))
+    assert not [k for k in desired(result) if k.startswith("driver-")]
+    assert any("EnvironmentConfig pools: data.servingStack.drivers: skipped (h100)" in m for m in messages(result))
 
 
 def test_removing_the_operator_while_drivers_need_it_is_refused() -> None:
@@ -461,5 +466,5 @@ def test_a_bad_input_is_fatal() -> None:
 
 def test_a_labelled_config_without_a_document_is_fatal() -> None:
     broken = ec("typo", {})
-    broken["data"] = {"servingstack": {}}
+    broken["data"] = {"other": {}}
     assert "EnvironmentConfig typo: data.servingStack: missing" in fatal(make_xr("GKE"), broken)

@@ -13,8 +13,7 @@ from function import generated, stack
 from function.errors import InputError
 from function.model import Accelerator, Cloud
 from function.overrides import apply, strict
-from function.overrides.collect import Document
-from function.overrides.document import OverrideDocument
+from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import qualify, split_reference
 from function.overrides.registry import Rule, Rules, rewrite_chart_repository, rewrite_image_name
 from function.paths import get_path

@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from function.compose import MANAGED, REMOVED, UNMANAGED, Planned
+from function.errors import first_few
 from function.stack import Stack
 
 from . import apply
-from .collect import Document, Found, collect
+from .collect import DEFAULT_LABEL, DEFAULT_LABEL_VALUE, collect
+from .document import Document, Found
 
 __all__ = ["Document", "Found", "collect", "plan", "summary"]
 
 
-def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
-    """The planned components for one XR, and warnings for the user.
+def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str], list[str]]:
+    """The planned components for one XR, warnings and Normal notes for the user.
 
     Depends only on the stack and the documents that apply to the XR; whether
     an Unmanaged component was installed before is the renderer's business.
@@ -27,12 +29,23 @@ def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
     return apply.plan(stack, found)
 
 
-def summary(found: Found, plan: Sequence[Planned]) -> str:
-    """One line for a Normal result: what the applied documents did."""
+def summary(stack: Stack, found: Found, plan: Sequence[Planned]) -> str:
+    """One line for a Normal result: what the applied documents did, or that none applies."""
+    if not found.applied:
+        # Said every time, so `kubectl describe` shows a stack rendered as generated.
+        excluded = f"; their match excludes it: {first_few(list(found.unmatched), ', ')}" if found.unmatched else ""
+        return (
+            f"No override document applies to this ServingStack: stack {stack.id} renders as generated "
+            f"(EnvironmentConfigs labelled {DEFAULT_LABEL}={DEFAULT_LABEL_VALUE}, or as the function Input names"
+            f"{excluded})"
+        )
     changed = [p.component.key for p in plan if p.changed_by and p.state == MANAGED]
     unmanaged = [p.component.key for p in plan if p.state == UNMANAGED]
     removed = [p.component.key for p in plan if p.state == REMOVED]
+    remembered = [d.name for d in found.documents if d.remembered]
     parts = [f"EnvironmentConfigs applied in order: {', '.join(found.applied)}"]
+    if remembered:
+        parts.append(f"kept from the last reconcile: {', '.join(remembered)}")
     parts.append(f"{len(changed)} of {len(plan)} components changed" + (f" ({', '.join(changed)})" if changed else ""))
     if unmanaged:
         parts.append(f"Unmanaged: {', '.join(unmanaged)}")

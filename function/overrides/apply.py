@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from function import stack as stack_module
 from function.compose import MANAGED, REMOVED, UNMANAGED, Planned, component_body, renderer
 from function.errors import InputError
 from function.paths import get_path, set_path
@@ -23,8 +24,15 @@ from function.stack import ChartRef, Component, Stack
 from function.values import deep_merge, drop_nulls
 
 from . import images
-from .collect import Document, Found
-from .document import ComponentOverride, DriverOverride, PodDisruptionBudget, RegistryPolicy
+from .document import (
+    ComponentOverride,
+    Document,
+    DriverOverride,
+    Fingerprint,
+    Found,
+    PodDisruptionBudget,
+    RegistryPolicy,
+)
 from .drivers import driver_component
 from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare, rewrite_chart_repository
 from .strict import enforce
@@ -40,7 +48,8 @@ SHORTCUT_PATHS = {
 @dataclass(frozen=True)
 class Result:
     planned: tuple[Planned, ...]
-    notes: tuple[str, ...]
+    notes: tuple[str, ...]  # warnings
+    info: tuple[str, ...]  # Normal results: what was skipped and why
     # component key -> field path ("values.a.b", "chart.version", "state" …) -> document name
     provenance: dict[str, dict[str, str]]
     # Every image reference of the managed components, after the mirrors; and the mirrors.
@@ -319,6 +328,11 @@ def _check_removed(
             )
 
 
+def _pools_take_drivers(stack: Stack) -> bool:
+    """Whether per-pool driver resources mean anything on a stack: its GPU Operator manages the driver."""
+    return stack.driver.source == "gpu-operator" and bool(stack.driver.resource)
+
+
 class _Planner:
     """One computation of a plan: read the documents, then build each component."""
 
@@ -329,6 +343,7 @@ class _Planner:
         self.where = {d.name: d.where for d in documents}
         self.order = {d.name: i for i, d in enumerate(documents)}
         self.notes: list[str] = []
+        self.info: list[str] = []
         self.registry = _Registry()
         self.registry.impose(policy)
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
@@ -342,9 +357,8 @@ class _Planner:
             at = f"{d.where}.components.{key}"
             comp = self.by_key.get(key)
             if comp is None:
-                raise InputError(
-                    f"{at}: unknown component; the components of stack {self.stack.id}: {', '.join(self.by_key)}"
-                )
+                self._absent(d, key, at)
+                continue
             _check_fields(comp, over, at)
             acc = self.accs[key]
             if over.state is not None:
@@ -356,14 +370,50 @@ class _Planner:
             if patch:
                 acc.patches.append((d.name, patch))
         self.registry.add(d)
-        for drv in d.doc.drivers:
-            if self.stack.driver.source != "gpu-operator" or not self.stack.driver.resource:
-                raise InputError(
-                    f"{d.where}.drivers[{drv.name}]: on stack {self.stack.id} the node image supplies the GPU "
-                    f"driver (driver source {self.stack.driver.source}); per-pool drivers need a stack whose "
-                    "GPU Operator manages the driver (cloud Existing)"
+        if d.doc.drivers and not _pools_take_drivers(self.stack):
+            names = ", ".join(drv.name for drv in d.doc.drivers)
+            meant = [
+                s.id
+                for s in stack_module.every()
+                if _pools_take_drivers(s) and d.doc.match.admits(s.cloud, s.accelerator)
+            ]
+            if meant:
+                # As for components: a fleet-wide document stops no stack.
+                self.info.append(
+                    f"{d.where}.drivers: skipped ({names}): on stack {self.stack.id} the node image supplies the GPU "
+                    f"driver; the document also selects stacks whose GPU Operator manages it ({', '.join(meant)})"
                 )
+                return
+            raise InputError(
+                f"{d.where}.drivers[{d.doc.drivers[0].name}]: on stack {self.stack.id} the node image supplies the "
+                f"GPU driver (driver source {self.stack.driver.source}); per-pool drivers need a stack whose "
+                f"GPU Operator manages the driver (cloud Existing), and this document's match "
+                f"({d.doc.match.describe()}) selects none"
+            )
+        for drv in d.doc.drivers:
             self.drivers[drv.name] = (drv, d.name)
+
+    def _absent(self, d: Document, key: str, at: str) -> None:
+        """A component this stack lacks: skipped when the document also selects stacks that have it."""
+        others = [s for s in stack_module.every() if key in {c.key for c in s.components}]
+        meant = [s.id for s in others if d.doc.match.admits(s.cloud, s.accelerator)]
+        if meant:
+            # A fleet-wide document (e.g. values for both GPU operators) must
+            # not stop the stacks that lack one of them.
+            self.info.append(
+                f"{at}: skipped: stack {self.stack.id} has no {key}; the document also selects stacks that do "
+                f"({', '.join(meant)})"
+            )
+            return
+        elsewhere = (
+            f"; {key} is a component of {', '.join(s.id for s in others)}, which this document's match "
+            f"({d.doc.match.describe()}) does not select"
+            if others
+            else ""
+        )
+        raise InputError(
+            f"{at}: unknown component; the components of stack {self.stack.id}: {', '.join(self.by_key)}{elsewhere}"
+        )
 
     def _version(self, comp: Component, acc: _Acc, version: str, origin: str, at: str) -> None:
         assert comp.chart is not None, "checked: only Releases take a version"
@@ -435,7 +485,7 @@ class _Planner:
         provenance.update(self.driver_provenance)
         if mirrors.strict:
             _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
-        return Result(tuple(planned), tuple(self.notes), provenance, tuple(self.found), mirrors)
+        return Result(tuple(planned), tuple(self.notes), tuple(self.info), provenance, tuple(self.found), mirrors)
 
 
 def compute(stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> Result:
@@ -454,7 +504,7 @@ def _strict(
     enforce(stack, mirrors, bodies, found, where, documents)
 
 
-_CACHE: OrderedDict[tuple[Stack, tuple[tuple[str, bytes], ...], RegistryPolicy | None], Result] = OrderedDict()
+_CACHE: OrderedDict[tuple[Stack, Fingerprint, RegistryPolicy | None], Result] = OrderedDict()
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
 _CACHE_MAX = 128
 
@@ -472,8 +522,9 @@ def result(stack: Stack, found: Found) -> Result:
     return computed
 
 
-def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str]]:
+def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str], list[str]]:
+    """The planned components, the warnings and the Normal notes."""
     if not found.documents and found.policy is None:
-        return renderer(stack).plan, []  # the generated stack exactly, protobuf ready
+        return renderer(stack).plan, [], []  # the generated stack exactly, protobuf ready
     planned = result(stack, found)
-    return planned.planned, list(planned.notes)
+    return planned.planned, list(planned.notes), list(planned.info)

@@ -9,8 +9,7 @@ that function-environment-configs fills (flat: its keys at the top level).
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,10 +19,11 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from function.errors import InputError, describe
+from function.errors import InputError, describe, first_few
 from function.model import ServingStack
 
-from .document import OverrideDocument, RegistryPolicy
+from . import memory
+from .document import DOCUMENT_KEY, Document, Found, RegistryPolicy, content_digest, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -32,7 +32,6 @@ DEFAULT_LABEL = "servingstack.modelplane.ai/overrides"
 DEFAULT_LABEL_VALUE = "true"
 CONTEXT_KEY = "apiextensions.crossplane.io/environment"
 CONTEXT_DOCUMENT = f"context:{CONTEXT_KEY}"
-DOCUMENT_KEY = "servingStack"
 
 # Requirement names: stable across calls and releases (Crossplane compares the
 # requirements of consecutive calls) and recognisably ours.
@@ -80,29 +79,6 @@ class Input(BaseModel):
 
 
 @dataclass(frozen=True)
-class Document:
-    """One override document: where it came from (for messages) and what it says."""
-
-    name: str  # the EnvironmentConfig's name, or CONTEXT_DOCUMENT
-    where: str  # "EnvironmentConfig regulated-bank: data.servingStack"
-    doc: OverrideDocument
-    digest: bytes  # of its serialized content: plans are cached by it
-
-
-@dataclass(frozen=True)
-class Found:
-    """The override documents that apply to one XR, in application order."""
-
-    applied: tuple[str, ...] = ()
-    documents: tuple[Document, ...] = field(default_factory=tuple)
-    policy: RegistryPolicy | None = None  # the function Input's spec.registry
-
-    @property
-    def fingerprint(self) -> tuple[tuple[str, bytes], ...]:
-        return tuple((d.name, d.digest) for d in self.documents)
-
-
-@dataclass(frozen=True)
 class Requirement:
     name: str
     policy: Policy
@@ -113,7 +89,10 @@ class Requirement:
 def parse_input(req: fnv1.RunFunctionRequest) -> Input | None:
     if not req.HasField("input"):
         return None
-    raw = resource.struct_to_dict(req.input)
+    return parse_input_document(resource.struct_to_dict(req.input))
+
+
+def parse_input_document(raw: dict[str, Any] | None) -> Input | None:
     if not raw:
         return None
     try:
@@ -136,56 +115,38 @@ def requirements(spec: InputSpec) -> list[Requirement]:
     return out
 
 
-# Parsed documents by serialized content: the same EnvironmentConfig arrives on
-# every reconcile of every XR, and parsing it is most of this module's cost.
-_PARSED: OrderedDict[bytes, tuple[str, OverrideDocument | None]] = OrderedDict()
-_PARSED_MAX = 256
+def _near_miss(data: dict[str, Any], obj: str) -> None:
+    # data.servingstack or data.ServingStack would otherwise be a silent no-op.
+    for key in data:
+        if isinstance(key, str) and key != DOCUMENT_KEY and key.lower() == DOCUMENT_KEY.lower():
+            raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
+    """An EnvironmentConfig's name and override document (None when it carries none)."""
+    meta, data = raw.get("metadata"), raw.get("data")
+    name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
+    obj = f"EnvironmentConfig {name}"
+    if not isinstance(data, dict):
+        return name, None
+    _near_miss(data, obj)
+    body = data.get(DOCUMENT_KEY)
+    if body is None:
+        return name, None
+    where = f"{obj}: data.{DOCUMENT_KEY}"
+    return name, Document(name, where, validate(body, obj, f"data.{DOCUMENT_KEY}"), digest, body)
 
 
-def _parse_config(item: fnv1.Resource, require_document: bool) -> Document | None:
-    data = item.resource.SerializeToString(deterministic=True)
-    digest = _digest(data)
-    cached = _PARSED.get(digest)
-    if cached is None:
-        raw = resource.struct_to_dict(item.resource)
-        meta, data = raw.get("metadata"), raw.get("data")
-        name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
-        body = data.get(DOCUMENT_KEY) if isinstance(data, dict) else None
-        doc = None if body is None else _validate(body, f"EnvironmentConfig {name}", f"data.{DOCUMENT_KEY}")
-        cached = (name, doc)
-        _PARSED[digest] = cached
-        if len(_PARSED) > _PARSED_MAX:
-            _PARSED.popitem(last=False)
-    else:
-        _PARSED.move_to_end(digest)
-    name, doc = cached
-    if doc is None:
-        if require_document:
-            raise InputError(
-                f"EnvironmentConfig {name}: data.{DOCUMENT_KEY}: missing (selected as an override document)"
-            )
-        return None
-    return Document(name, f"EnvironmentConfig {name}: data.{DOCUMENT_KEY}", doc, digest)
+def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
+    digest = content_digest(item.resource.SerializeToString(deterministic=True))
+    return parsed_once(digest, lambda: config_document(resource.struct_to_dict(item.resource), digest))
 
 
 def parse_environment_config(obj: Mapping[str, Any]) -> Document | None:
     """The override document of one EnvironmentConfig (None without one); InputError when it is bad."""
     item = fnv1.Resource()
     item.resource.update(dict(obj))
-    return _parse_config(item, require_document=False)
-
-
-def _validate(body: Any, obj: str, prefix: str) -> OverrideDocument:
-    if not isinstance(body, dict):
-        raise InputError(f"{obj}: {prefix}: must be a map (got {type(body).__name__})")
-    try:
-        return OverrideDocument.model_validate(body)
-    except ValidationError as err:
-        raise InputError(describe(err, obj, prefix)) from None
+    return _parse_config(item)[1]
 
 
 def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
@@ -195,24 +156,80 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
     if env.WhichOneof("kind") != "struct_value" or DOCUMENT_KEY not in env.struct_value.fields:
         return None
     value: struct_pb2.Value = env.struct_value.fields[DOCUMENT_KEY]
-    data = value.SerializeToString(deterministic=True)
-    digest = _digest(data)
-    cached = _PARSED.get(digest)
-    if cached is None or cached[1] is None:
-        body = resource.struct_to_dict(env.struct_value).get(DOCUMENT_KEY)
-        doc = _validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
-        _PARSED[digest] = (CONTEXT_DOCUMENT, doc)
-        if len(_PARSED) > _PARSED_MAX:
-            _PARSED.popitem(last=False)
-    else:
-        doc = cached[1]
-    return Document(CONTEXT_DOCUMENT, f"context {CONTEXT_KEY}: {DOCUMENT_KEY}", doc, digest)
+    digest = content_digest(value.SerializeToString(deterministic=True))
+
+    def parse() -> tuple[str, Document | None]:
+        body = resource.struct_to_dict(env.struct_value)[DOCUMENT_KEY]
+        doc = validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
+        return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, f"context {CONTEXT_KEY}: {DOCUMENT_KEY}", doc, digest, body)
+
+    return parsed_once(digest, parse)[1]
 
 
-def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Found | None:
-    """Ask for the override documents; None until Crossplane has supplied them."""
-    given = parse_input(req)
-    wanted = requirements(given.spec if given is not None else InputSpec())
+def xr_name(xr: ServingStack) -> str:
+    namespace = f"{xr.metadata.namespace}/" if xr.metadata.namespace else ""
+    return f"ServingStack {namespace}{xr.metadata.name}"
+
+
+@dataclass
+class _Source:
+    """What one requirement delivered."""
+
+    requirement: Requirement
+    documents: list[Document] = field(default_factory=list)
+    without: list[str] = field(default_factory=list)  # EnvironmentConfigs with no document
+
+    def what(self) -> str:
+        r = self.requirement
+        return f"EnvironmentConfig {r.match_name}" if r.match_name else f"the selector {r.match_labels}"
+
+
+def _required_applies(source: _Source, xr: ServingStack, warnings: list[str]) -> None:
+    """A Required source must put a document in force on this XR; say what kept it from doing so."""
+    applying = [d for d in source.documents if not d.doc.retired and d.doc.match.matches(xr)]
+    if applying:
+        if source.without:
+            warnings.append(
+                f"function Input: {source.what()} (Required) selects EnvironmentConfigs with no "
+                f"data.{DOCUMENT_KEY}, which are ignored: {first_few(source.without)}"
+            )
+        return
+    reasons = [f"EnvironmentConfig {n} has no data.{DOCUMENT_KEY}" for n in source.without]
+    for d in source.documents:
+        if d.doc.retired:
+            reasons.append(f"{d.name} is retired (retired: true)")
+        else:
+            reasons.append(f"{d.name}'s match ({d.doc.match.describe()}) excludes it")
+    raise InputError(
+        f"function Input: {source.what()} is Required, but no override document it selects applies to "
+        f"{xr_name(xr)}: {first_few(reasons)}; refusing to render without it (Crossplane keeps the last applied state)"
+    )
+
+
+def required_missing(r: Requirement) -> str:
+    what = (
+        f"EnvironmentConfig {r.match_name} not found"
+        if r.match_name
+        else f"no EnvironmentConfig has the labels {r.match_labels}"
+    )
+    return (
+        f"function Input: {what}, and its policy is Required; "
+        "refusing to render without it (Crossplane keeps the last applied state)"
+    )
+
+
+def must_carry_document(r: Requirement) -> bool:
+    # Selected by our own label or by name: it must carry a document. A
+    # custom selector may match configs meant for other functions.
+    return r.name == DEFAULT_REQUIREMENT or r.match_name is not None
+
+
+def document_missing(name: str) -> str:
+    return f"EnvironmentConfig {name}: data.{DOCUMENT_KEY}: missing (selected as an override document)"
+
+
+def ask(rsp: fnv1.RunFunctionResponse, wanted: list[Requirement]) -> None:
+    """Put the requirements into a response: Crossplane answers them on the next call."""
     for r in wanted:
         response.require_resources(
             rsp,
@@ -222,35 +239,37 @@ def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: Ser
             match_name=r.match_name,
             match_labels=r.match_labels,
         )
+
+
+def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Found | None:
+    """Ask for the override documents; None until Crossplane has supplied them."""
+    given = parse_input(req)
+    wanted = requirements(given.spec if given is not None else InputSpec())
+    ask(rsp, wanted)
     if any(r.name not in req.required_resources for r in wanted):
         return None  # the first call: nothing resolved yet
     documents: dict[str, Document] = {}
+    warnings: list[str] = []
     for r in wanted:
         items = req.required_resources[r.name].items
         if not items and r.policy == "Required":
-            what = (
-                f"EnvironmentConfig {r.match_name} not found"
-                if r.match_name
-                else f"no EnvironmentConfig has the labels {r.match_labels}"
-            )
             # Never fall back to the upstream registries a mirror document replaces.
-            raise InputError(
-                f"function Input: {what}, and its policy is Required; "
-                "refusing to render without it (Crossplane keeps the last applied state)"
-            )
-        # A config selected by our own label or by name must carry a document;
-        # a custom selector may match configs meant for other functions.
-        require = r.name == DEFAULT_REQUIREMENT or r.match_name is not None
+            raise InputError(required_missing(r))
+        source = _Source(r)
         for item in items:
-            found = _parse_config(item, require)
+            name, found = _parse_config(item)
             if found is not None:
+                source.documents.append(found)
                 documents[found.name] = found
+            elif must_carry_document(r):
+                raise InputError(document_missing(name))
+            else:
+                source.without.append(name)
+        if r.policy == "Required":
+            _required_applies(source, xr, warnings)
     context = _context_document(req)
     if context is not None:
         documents[context.name] = context
-    applied = sorted(
-        (d for d in documents.values() if d.doc.match.matches(xr)),
-        key=lambda d: (d.doc.priority, d.name),
-    )
+    in_force = memory.reconcile(req, xr, documents, warnings)
     policy = given.spec.registry if given is not None else None
-    return Found(applied=tuple(d.name for d in applied), documents=tuple(applied), policy=policy)
+    return dataclasses.replace(in_force, policy=policy) if policy is not None else in_force

@@ -8,6 +8,10 @@ but nothing else (no ``"2"`` for a replica count, no ``"yes"`` for a flag).
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,10 +22,15 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    ValidationError,
     model_validator,
 )
 
-from function.model import Cloud, ServingStack
+from function.errors import InputError, describe
+from function.model import Accelerator, Cloud, ServingStack
+
+# Where an EnvironmentConfig carries its override document.
+DOCUMENT_KEY = "servingStack"
 
 STATES = ("Managed", "Unmanaged", "Removed")
 State = Literal["Managed", "Unmanaged", "Removed"]
@@ -51,15 +60,30 @@ class Match(_Strict):
     """Which ServingStacks a document applies to; every given criterion must hold."""
 
     clouds: list[Cloud] = Field(default_factory=list)
+    accelerators: list[Accelerator] = Field(default_factory=list)
+    namespaces: list[NonEmpty] = Field(default_factory=list)  # the XR's metadata.namespace
     labels: dict[str, str] = Field(default_factory=dict)  # the XR's own labels
     names: list[NonEmpty] = Field(default_factory=list)  # the XR's metadata.name
 
+    def admits(self, cloud: str, accelerator: str) -> bool:
+        """Whether the criteria that pick a stack (cloud, accelerator) let this one through."""
+        if self.clouds and cloud not in self.clouds:
+            return False
+        return not self.accelerators or accelerator in self.accelerators
+
     def matches(self, xr: ServingStack) -> bool:
-        if self.clouds and xr.spec.cloud not in self.clouds:
+        if not self.admits(xr.spec.cloud, xr.spec.accelerator):
+            return False
+        if self.namespaces and xr.metadata.namespace not in self.namespaces:
             return False
         if self.names and xr.metadata.name not in self.names:
             return False
         return all(xr.metadata.labels.get(k) == v for k, v in self.labels.items())
+
+    def describe(self) -> str:
+        """The given criteria, compactly, for messages."""
+        given = self.model_dump(mode="json", exclude_defaults=True)
+        return ", ".join(f"{k}: {v}" for k, v in given.items()) or "every ServingStack"
 
 
 def _is_host(segment: str) -> bool:
@@ -193,11 +217,21 @@ class DriverOverride(_Strict):
 
 
 class OverrideDocument(_Strict):
+    # A tombstone: the document is retired on purpose, and every ServingStack
+    # that still remembers it (status.stack.documents) lets go of what it decided.
+    retired: StrictBool = False
     priority: Int = 0
     match: Match = Field(default_factory=Match)
     registry: Registry = Field(default_factory=Registry)
     components: dict[str, ComponentOverride] = Field(default_factory=dict)
     drivers: list[DriverOverride] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _tombstone_alone(self) -> OverrideDocument:
+        others = sorted(self.model_fields_set - {"retired"})
+        if self.retired and others:
+            raise ValueError(f"a retired document (retired: true) carries nothing else; remove {', '.join(others)}")
+        return self
 
     @model_validator(mode="after")
     def _unique_drivers(self) -> OverrideDocument:
@@ -222,3 +256,66 @@ class RegistryPolicy(_Strict):
 
     strict: StrictBool  # false switches the policy off, visibly
     allowedRegistries: tuple[AllowedRegistry, ...] = Field(min_length=1)  # noqa: N815
+
+
+def validate(body: Any, obj: str, prefix: str) -> OverrideDocument:
+    if not isinstance(body, dict):
+        raise InputError(f"{obj}: {prefix}: must be a map (got {type(body).__name__})")
+    try:
+        return OverrideDocument.model_validate(body)
+    except ValidationError as err:
+        raise InputError(describe(err, obj, prefix)) from None
+
+
+@dataclass(frozen=True)
+class Document:
+    """One override document: where it came from (for messages) and what it says."""
+
+    name: str  # the EnvironmentConfig's name, or CONTEXT_DOCUMENT
+    where: str  # "EnvironmentConfig regulated-bank: data.servingStack"
+    doc: OverrideDocument
+    digest: bytes  # of its serialized content: plans are cached by it
+    body: dict[str, Any] = field(default_factory=dict, compare=False)  # as written, for status.stack.documents
+    remembered: bool = False  # absent now: applied from the XR's memory of the last reconcile
+
+
+# (name, content digest, remembered) per document: what plans and statuses are cached by.
+Fingerprint = tuple[tuple[str, bytes, bool], ...]
+
+
+@dataclass(frozen=True)
+class Found:
+    """The override documents that apply to one XR, in application order, and what to tell the user."""
+
+    applied: tuple[str, ...] = ()
+    documents: tuple[Document, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # Normal results
+    unmatched: tuple[str, ...] = ()  # delivered, but their match excludes the XR
+    policy: RegistryPolicy | None = None  # the function Input's spec.registry
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return tuple((d.name, d.digest, d.remembered) for d in self.documents)
+
+
+# Parsed documents by serialized content: the same EnvironmentConfig arrives on
+# every reconcile of every XR, and parsing it is most of the layer's cost.
+_PARSED: OrderedDict[bytes, tuple[str, Document | None]] = OrderedDict()
+_PARSED_MAX = 256
+
+
+def content_digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def parsed_once(digest: bytes, parse: Callable[[], tuple[str, Document | None]]) -> tuple[str, Document | None]:
+    """``parse()``'s (name, document), computed once per content digest."""
+    hit = _PARSED.get(digest)
+    if hit is not None:
+        _PARSED.move_to_end(digest)
+        return hit
+    hit = _PARSED[digest] = parse()  # bad input raises: never cached, reported every time
+    if len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return hit

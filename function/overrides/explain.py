@@ -16,7 +16,8 @@ from function.model import ServingStack
 from function.stack import Component, Stack
 
 from . import apply
-from .collect import Found, collect
+from .collect import collect
+from .document import Found
 
 GENERATED = "generated"
 
@@ -88,9 +89,9 @@ def explain(stack: Stack, found: Found) -> tuple[list[Explained], list[str]]:
     planned: Sequence[Planned]
     if found.documents or found.policy is not None:
         result = apply.result(stack, found)
-        planned, notes, provenance = result.planned, list(result.notes), result.provenance
+        planned, notes, provenance = result.planned, [*found.warnings, *result.notes], result.provenance
     else:
-        planned, notes, provenance = renderer(stack).plan, [], {}
+        planned, notes, provenance = renderer(stack).plan, list(found.warnings), {}
     out = []
     for p in planned:
         c = p.component
@@ -145,7 +146,8 @@ def _short(value: Any) -> str:
 def format_text(
     stack: Stack, found: Found, explained: Sequence[Explained], notes: Sequence[str], only_changed: bool = False
 ) -> str:
-    applied = ", ".join(found.applied) if found.applied else "none"
+    names = [f"{d.name} (remembered: absent now)" if d.remembered else d.name for d in found.documents]
+    applied = ", ".join(names) if names else "none"
     lines = [
         f"stack {stack.id} (generator {stack.provenance.get('generator', '?')}); "
         f"EnvironmentConfigs applied, in order: {applied}"
@@ -170,6 +172,7 @@ def as_data(stack: Stack, found: Found, explained: Sequence[Explained], notes: S
     return {
         "stack": stack.id,
         "environmentConfigs": list(found.applied),
+        "remembered": [d.name for d in found.documents if d.remembered],
         "components": [
             {
                 "name": e.key,

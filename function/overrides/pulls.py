@@ -18,7 +18,7 @@ from function.errors import InputError
 from function.stack import Stack
 
 from . import apply
-from .collect import Found
+from .document import Found
 from .images import qualify, split_reference
 from .registry import CATCH_ALL, Rule, bare
 

@@ -1,0 +1,125 @@
+"""Checking override documents before they reach a cluster (``function validate``).
+
+Two ways, both through the function's own code so the messages are the ones
+a ServingStack would get:
+
+* against given ServingStacks: the function runs on each, in process, through
+  the same requirements loop ``crossplane render`` runs;
+* against every generated stack: the EnvironmentConfigs the function would be
+  given (its requirements, answered from the files) are parsed, and every
+  document whose ``match`` admits the stack's cloud and accelerator is planned
+  onto it, in (priority, name) order. Criteria that depend on a ServingStack
+  (labels, names, namespaces) are taken as holding: the worst case, every
+  document that could meet on a cluster of that stack, together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function import stack
+from function.errors import InputError
+from function.render_loop import RenderError, fetch_resources, run_pipeline
+
+from . import apply
+from .collect import (
+    DEFAULT_LABEL,
+    DEFAULT_LABEL_VALUE,
+    ENVIRONMENT_CONFIG_KIND,
+    InputSpec,
+    ask,
+    config_document,
+    document_missing,
+    must_carry_document,
+    required_missing,
+    requirements,
+)
+from .document import DOCUMENT_KEY, Document
+
+Severity = Literal["fatal", "warning"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    subject: str  # the stack or ServingStack checked; "" for a document on its own
+    severity: Severity
+    message: str  # exactly what the function says
+
+    def line(self) -> str:
+        return ": ".join(p for p in (self.severity, self.subject, self.message) if p)
+
+
+def _selected(configs: Sequence[Mapping[str, Any]], spec: InputSpec) -> tuple[list[Document], list[Finding]]:
+    """The documents the function's requirements select from ``configs``, parsed as the function parses them."""
+    documents: dict[str, Document] = {}
+    findings: list[Finding] = []
+    delivered: set[str] = set()
+    wanted = requirements(spec)
+    asked = fnv1.RunFunctionResponse()
+    ask(asked, wanted)
+    for r in wanted:
+        items = fetch_resources(asked.requirements.resources[r.name], configs).items
+        if not items and r.policy == "Required":
+            findings.append(Finding("", "fatal", required_missing(r)))
+        for item in items:
+            try:
+                name, doc = config_document(resource.struct_to_dict(item.resource), b"")
+            except InputError as err:
+                findings.append(Finding("", "fatal", str(err)))
+                continue
+            delivered.add(name)
+            if doc is not None:
+                documents.setdefault(name, doc)
+            elif must_carry_document(r):
+                findings.append(Finding("", "fatal", document_missing(name)))
+    for raw in configs:
+        name = str((raw.get("metadata") or {}).get("name", "?"))
+        data = raw.get("data")
+        unselected = raw.get("kind") == ENVIRONMENT_CONFIG_KIND and name not in delivered
+        keys = [k for k in data if str(k).lower() == DOCUMENT_KEY.lower()] if isinstance(data, dict) else []
+        if unselected and keys:
+            findings.append(
+                Finding(
+                    "",
+                    "warning",
+                    f"EnvironmentConfig {name} carries data.{keys[0]}, but the function does not select it "
+                    f"(no label {DEFAULT_LABEL}={DEFAULT_LABEL_VALUE}, nor selected or named by the function Input)",
+                )
+            )
+    return sorted(documents.values(), key=lambda d: (d.doc.priority, d.name)), findings
+
+
+def check_stacks(configs: Sequence[Mapping[str, Any]], spec: InputSpec) -> list[Finding]:
+    """Every document the function would be given, planned onto every generated stack it can apply to."""
+    documents, findings = _selected(configs, spec)
+    for s in stack.every():
+        docs = [d for d in documents if not d.doc.retired and d.doc.match.admits(s.cloud, s.accelerator)]
+        if not docs and spec.registry is None:
+            continue
+        try:
+            result = apply.compute(s, docs, spec.registry)
+        except InputError as err:
+            findings.append(Finding(f"stack {s.id}", "fatal", str(err)))
+            continue
+        findings += [Finding(f"stack {s.id}", "warning", n) for n in result.notes]
+    return findings
+
+
+def check_xr(
+    xr: Mapping[str, Any], configs: Sequence[Mapping[str, Any]], input_doc: Mapping[str, Any] | None, subject: str
+) -> list[Finding]:
+    """Run the function on one ServingStack with ``configs`` as the EnvironmentConfigs Crossplane would supply."""
+    from function.fn import FunctionRunner
+
+    try:
+        result = asyncio.run(run_pipeline(FunctionRunner().RunFunction, xr=xr, input=input_doc, required=list(configs)))
+    except RenderError as err:
+        fatal = [r.message for r in err.response.results if r.severity == fnv1.SEVERITY_FATAL] if err.response else []
+        return [Finding(subject, "fatal", m) for m in fatal or [str(err)]]
+    return [Finding(subject, "warning", r.message) for r in result.results if r.severity == fnv1.SEVERITY_WARNING]

@@ -1,0 +1,155 @@
+"""The function's memory of the last reconcile: a document that goes missing keeps what it decided.
+
+Every response writes the documents it applied, content included, to
+``status.stack.documents``; Crossplane stores that on the XR and sends it back
+as the observed composite on the next reconcile (crossplane
+internal/controller/apiextensions/composite/composition_functions.go: the
+desired XR status is server-side applied after the composed resources, the
+observed composite is the whole XR, and a Fatal result returns before garbage
+collection and before any apply, so a refused render leaves the memory as is). A document that applied then
+and does not apply now — its EnvironmentConfig deleted, unlabelled, its match
+no longer selecting the XR — keeps applying from that memory, with a Warning
+naming it, so its drivers, Unmanaged and Removed states, version holds and
+mirrors stay in force. Only an explicit statement lets go of it:
+
+* a tombstone: an EnvironmentConfig of the same name whose document is
+  ``{retired: true}`` (every ServingStack that remembers it, fleet-wide), or
+* the annotation ``servingstack.modelplane.ai/retired-environment-configs`` on
+  the ServingStack, a comma-separated list of names (this ServingStack only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+
+from function.errors import InputError
+from function.model import ServingStack
+
+from .document import DOCUMENT_KEY, Document, Found, content_digest, parsed_once, validate
+
+RETIRE_ANNOTATION = "servingstack.modelplane.ai/retired-environment-configs"
+# Where the memory lives in the XR's status (the XRD must declare it, or the
+# API server prunes it and every missing document becomes a Fatal).
+MEMORY_FIELD = "status.stack.documents"
+RETIRE_HOW = (
+    f"restore it, or retire it on purpose: an EnvironmentConfig of that name whose data.{DOCUMENT_KEY} is "
+    f"{{retired: true}}, or the ServingStack annotation {RETIRE_ANNOTATION}"
+)
+
+
+def label(name: str) -> str:
+    """A document's name as messages say it (context documents are not EnvironmentConfigs)."""
+    return name if name.startswith("context:") else f"EnvironmentConfig {name}"
+
+
+def _field(struct: struct_pb2.Struct, *path: str) -> struct_pb2.Value | None:
+    """The value at ``path``, or None where any step is missing or not a map."""
+    *parents, leaf = path
+    for key in parents:
+        if key not in struct.fields or struct.fields[key].WhichOneof("kind") != "struct_value":
+            return None
+        struct = struct.fields[key].struct_value
+    return struct.fields.get(leaf)
+
+
+def _strings(value: struct_pb2.Value | None) -> Iterator[str]:
+    if value is not None and value.WhichOneof("kind") == "list_value":
+        yield from (v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value")
+
+
+def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
+    name_value = _field(entry, "name")
+    body = _field(entry, DOCUMENT_KEY)
+    if name_value is None or not name_value.string_value or body is None:
+        raise InputError(f"ServingStack {MEMORY_FIELD}[{index}]: needs a name and a {DOCUMENT_KEY} document")
+    name = name_value.string_value
+    digest = content_digest(entry.SerializeToString(deterministic=True))
+
+    def parse() -> tuple[str, Document | None]:
+        raw = resource.struct_to_dict(entry)[DOCUMENT_KEY]
+        where = f"{label(name)} (absent; as remembered in {MEMORY_FIELD})"
+        doc = validate(raw, where, DOCUMENT_KEY)
+        return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True)
+
+    remembered = parsed_once(digest, parse)[1]
+    assert remembered is not None, "parse() always returns a document"
+    return remembered
+
+
+def last_reconcile(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
+    """The documents applied at the last reconcile: their names in order, and the content remembered."""
+    composite = req.observed.composite.resource
+    names = list(_strings(_field(composite, "status", "stack", "environmentConfigs")))
+    documents: dict[str, Document] = {}
+    entries = _field(composite, "status", "stack", "documents")
+    if entries is not None and entries.WhichOneof("kind") == "list_value":
+        for i, entry in enumerate(entries.list_value.values):
+            if entry.WhichOneof("kind") != "struct_value":
+                raise InputError(f"ServingStack {MEMORY_FIELD}[{i}]: must be a map")
+            doc = _remembered_document(entry.struct_value, i)
+            documents[doc.name] = doc
+    names += [n for n in documents if n not in names]
+    return names, documents
+
+
+def retired_by_annotation(req: fnv1.RunFunctionRequest) -> set[str]:
+    value = _field(req.observed.composite.resource, "metadata", "annotations", RETIRE_ANNOTATION)
+    text = value.string_value if value is not None else ""
+    return {n.strip() for n in text.split(",") if n.strip()}
+
+
+def reconcile(
+    req: fnv1.RunFunctionRequest, xr: ServingStack, delivered: Mapping[str, Document], warnings: list[str]
+) -> Found:
+    """The documents in force on this XR: those that apply now, plus those kept from the last reconcile."""
+    tombstones = {n for n, d in delivered.items() if d.doc.retired}
+    annotated = retired_by_annotation(req)
+    applying = {n: d for n, d in delivered.items() if not d.doc.retired and d.doc.match.matches(xr)}
+    notes: list[str] = []
+    for name in sorted(annotated & applying.keys()):
+        warnings.append(
+            f"annotation {RETIRE_ANNOTATION} names {label(name)}, which applies: the annotation has no effect "
+            "on it; remove the name, or it would silently let go of the document the next time it goes missing"
+        )
+    last, remembered = last_reconcile(req)
+    for name in last:
+        if name in applying:
+            continue
+        if name in tombstones or name in annotated:
+            how = "a tombstone document (retired: true)" if name in tombstones else f"annotation {RETIRE_ANNOTATION}"
+            notes.append(f"{label(name)} retired by {how}: what it decided at the last reconcile no longer applies")
+            continue
+        kept = remembered.get(name)
+        if kept is None:
+            raise InputError(
+                f"{label(name)} applied at the last reconcile (status.stack.environmentConfigs) and does not apply "
+                f"now, and {MEMORY_FIELD} does not record what it said (written by an earlier version of the "
+                f"function, or pruned by an XRD that does not declare it); refusing to render without it: {RETIRE_HOW}"
+            )
+        present = delivered.get(name)
+        why = (
+            f"its match ({present.doc.match.describe()}) no longer selects this ServingStack"
+            if present is not None
+            else "it was not delivered"
+        )
+        warnings.append(
+            f"{label(name)} applied at the last reconcile but {why}; keeping what it decided, "
+            f"as remembered in {MEMORY_FIELD} (nothing is removed or taken over): {RETIRE_HOW}"
+        )
+        applying[name] = kept
+    ordered = sorted(applying.values(), key=lambda d: (d.doc.priority, d.name))
+    unmatched = tuple(sorted(n for n, d in delivered.items() if n not in applying and not d.doc.retired))
+    return Found(tuple(d.name for d in ordered), tuple(ordered), tuple(warnings), tuple(notes), unmatched)
+
+
+def entries(found: Found) -> list[dict[str, Any]]:
+    """``status.stack.documents``: what the next reconcile remembers."""
+    return [
+        {"name": d.name, DOCUMENT_KEY: d.body, **({"remembered": True} if d.remembered else {})}
+        for d in found.documents
+    ]

@@ -1,0 +1,145 @@
+"""Checking before applying: ``function validate`` and the exported JSON Schema of the override document."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
+import pytest
+import yaml
+
+from function.overrides import schema
+from function.overrides.document import OverrideDocument
+from tests.conftest import EXAMPLE, REPO, load_docs, make_xr
+from tests.test_overrides import ec, fatal
+
+CONFIGS = EXAMPLE / "environmentconfigs"
+
+
+def validate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "function.main", "validate", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def write(tmp_path: Path, name: str, *docs: dict[str, Any]) -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def test_the_shipped_examples_validate_against_every_stack_and_the_example_xr() -> None:
+    out = validate("-e", str(CONFIGS))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout == ""
+    assert out.stderr == "function validate: 4 documents against every generated stack: 0 fatal, 0 warnings\n"
+    out = validate("-e", str(CONFIGS), "--xr", "example/xr.yaml")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "against 1 ServingStacks: 0 fatal" in out.stderr
+
+
+def test_a_bad_document_fails_with_the_message_the_function_gives(tmp_path: Path) -> None:
+    bad = ec("nv", {"match": {"accelerators": ["NVIDIA"]}, "components": {"amd-gpu-operator": {"state": "Removed"}}})
+    path = write(tmp_path, "bad.yaml", bad)
+    out = validate("-e", path)
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    # Every NVIDIA stack, one line each; no AMD stack (the match excludes them).
+    assert [line.split(": ", 2)[1] for line in lines] == [
+        "stack aks-nvidia",
+        "stack eks-nvidia",
+        "stack existing-nvidia",
+        "stack gke-nvidia",
+        "stack nebius-nvidia",
+        "stack vultr-nvidia",
+    ]
+    function_says = fatal(make_xr("EKS"), bad).split("returned a fatal result: ", 1)[1]
+    assert f"fatal: stack eks-nvidia: {function_says}" in lines
+    assert out.stderr.endswith("0 warnings\n") and "6 fatal" in out.stderr
+
+
+def test_against_given_xrs_the_function_itself_runs(tmp_path: Path) -> None:
+    hold = ec("hold", {"match": {"clouds": ["EKS"]}, "components": {"cert-manager": {"version": "v1.17.2"}}})
+    typo = ec("typo", {})
+    typo["data"] = {"servingstack": {}}
+    other = make_xr("GKE")
+    other["metadata"]["name"] = "prod-us-1"
+    xrs = write(tmp_path, "xrs.yaml", make_xr("EKS"), other)
+    out = validate("-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs)
+    # A pin equal to the generated version: the function's Warning, on the EKS ServingStack only.
+    [line] = out.stdout.splitlines()
+    assert line.startswith(f"warning: ServingStack prod-eu-1 ({xrs}): EnvironmentConfig hold: data.servingStack")
+    assert "the pin is redundant" in line and out.returncode == 0
+    assert validate("-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs, "--warnings-as-errors").returncode == 1
+    out = validate("-e", write(tmp_path, "typo.yaml", typo), "--xr", xrs)
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        f"fatal: ServingStack {name} ({xrs}): EnvironmentConfig typo: data.servingstack: the override document "
+        "goes under data.servingStack (case matters)"
+        for name in ("prod-eu-1", "prod-us-1")
+    ]
+
+
+def test_unselected_documents_and_required_inputs(tmp_path: Path) -> None:
+    unlabelled = ec("unlabelled", {"priority": 1}, labels={})
+    out = validate("-e", write(tmp_path, "u.yaml", unlabelled))
+    assert out.returncode == 0
+    assert out.stdout == (
+        "warning: EnvironmentConfig unlabelled carries data.servingStack, but the function does not select it "
+        "(no label servingstack.modelplane.ai/overrides=true, nor selected or named by the function Input)\n"
+    )
+    near_miss = ec("near", {}, labels={})
+    near_miss["data"] = {"servingstack": {}}
+    out = validate("-e", write(tmp_path, "n.yaml", near_miss))
+    assert out.stdout.startswith("warning: EnvironmentConfig near carries data.servingstack, but the function does")
+    step = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input", "spec": {"names": [{"name": "b"}]}}
+    out = validate("-e", write(tmp_path, "u.yaml", unlabelled), "--input", write(tmp_path, "in.yaml", step))
+    assert out.returncode == 1
+    assert out.stdout.startswith("fatal: function Input: EnvironmentConfig b not found, and its policy is Required")
+    bad_input = validate("-e", str(CONFIGS), "--input", write(tmp_path, "in.yaml", {**step, "spec": {"x": 1}}))
+    assert bad_input.returncode == 1 and bad_input.stderr.count("\n") == 1
+    assert "function Input servingstack.fn.modelplane.ai/v1beta1: spec.x: unknown field" in bad_input.stderr
+
+
+def test_the_exported_schema_is_current() -> None:
+    assert schema.main(["--check"]) == 0, "run: python -m function.overrides.schema"
+
+
+DOCUMENT_SCHEMA = json.loads((REPO / "schema" / "override-document.schema.json").read_text())
+CONFIG_SCHEMA = json.loads((REPO / "schema" / "environmentconfig.schema.json").read_text())
+
+
+def test_the_schema_accepts_the_shipped_examples_as_editors_see_them() -> None:
+    for config in load_docs(CONFIGS):
+        jsonschema.Draft202012Validator(CONFIG_SCHEMA).validate(config)
+        jsonschema.Draft202012Validator(DOCUMENT_SCHEMA).validate(config["data"]["servingStack"])
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"priorty": 1},
+        {"match": {"clouds": ["OpenShift"]}},
+        {"match": {"accelerators": ["TPU"]}},
+        {"match": {"namespaces": [""]}},
+        {"components": {"x": {"state": "Deleted"}}},
+        {"components": {"x": {"replicas": "2"}}},
+        {"registry": {"images": [{"from": "a.io"}]}},
+        {"registry": {"strict": "yes"}},
+        {"drivers": [{"name": "H100", "nodeSelector": {"a": "b"}, "version": "1"}]},
+        {"retired": "true"},
+    ],
+)
+def test_the_schema_rejects_what_the_function_rejects(doc: dict[str, Any]) -> None:
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(DOCUMENT_SCHEMA).validate(doc)
+    with pytest.raises(ValueError):
+        OverrideDocument.model_validate(doc)
