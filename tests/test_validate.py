@@ -15,7 +15,7 @@ import yaml
 from function.overrides import schema
 from function.overrides.document import OverrideDocument
 from tests.conftest import EXAMPLE, REPO, load_docs, make_xr
-from tests.test_overrides import ec, fatal
+from tests.test_overrides import PAIRS, ec, fatal
 
 CONFIGS = EXAMPLE / "environmentconfigs"
 
@@ -107,6 +107,22 @@ def test_unselected_documents_and_required_inputs(tmp_path: Path) -> None:
     bad_input = validate("-e", str(CONFIGS), "--input", write(tmp_path, "in.yaml", {**step, "spec": {"x": 1}}))
     assert bad_input.returncode == 1 and bad_input.stderr.count("\n") == 1
     assert "function Input servingstack.fn.modelplane.ai/v1beta1: spec.x: unknown field" in bad_input.stderr
+
+
+def test_an_input_registry_policy_is_checked_on_every_stack(tmp_path: Path) -> None:
+    policy = {
+        "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
+        "kind": "Input",
+        "spec": {"registry": {"strict": True, "allowedRegistries": ["artifactory.bank.example"]}},
+    }
+    path = write(tmp_path, "in.yaml", policy)
+    out = validate("-e", write(tmp_path, "none.yaml", ec("unrelated", {"priority": 1}, labels={})), "--input", path)
+    assert out.returncode == 1
+    lines = [line for line in out.stdout.splitlines() if line.startswith("fatal: ")]
+    assert len(lines) == len(PAIRS)  # no document mirrors anything: every stack fails
+    assert out.stderr.startswith(f"function validate: 1 documents against every generated stack: {len(PAIRS)} fatal")
+    # The bank's documents satisfy it everywhere.
+    assert validate("-e", str(CONFIGS), "--input", path).returncode == 0
 
 
 def test_the_exported_schema_is_current() -> None:
