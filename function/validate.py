@@ -11,7 +11,8 @@ import click
 
 @click.command()
 @click.option(
-    "--environment-configs",
+    "--required-resources",
+    "--extra-resources",
     "-e",
     "configs",
     multiple=True,
