@@ -73,10 +73,18 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan, notes = overrides.plan(chosen, found)
-        renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
+        pending = renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
         apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))
+    if pending:
+        # Only the ProviderConfigs (which are ready at once) may be desired so
+        # far; Crossplane would call the XR Available when nothing desired is
+        # unready (crossplane internal/controller/apiextensions/composite/
+        # reconciler.go). Once everything is composed Crossplane's own check
+        # decides: Ready needs every composed resource ready, and its message
+        # names the unready ones (an explicit readiness would drop that list).
+        rsp.desired.composite.ready = fnv1.READY_FALSE
     status = rsp.desired.composite.resource.get_or_create_struct("status")
     address = _gateway_address(req)
     if address:
