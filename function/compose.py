@@ -363,7 +363,8 @@ def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
 
 def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
     """(apiVersion, kind) of an observed Release or Object; None for anything else."""
-    api_kind = (body.get("apiVersion", ""), body.get("kind", ""))
+    api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
+    api_kind = (api.string_value if api else "", kind.string_value if kind else "")
     return api_kind if api_kind in ((HELM_API, "Release"), (KUBERNETES_API, "Object")) else None
 
 
