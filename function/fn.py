@@ -13,7 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function import overrides, requestlog, stack
+from function import legacy, overrides, requestlog, stack
 from function.compose import Observed, renderer
 from function.errors import InputError, describe
 from function.model import KUBECONFIG, ServingStack
@@ -45,10 +45,11 @@ def parse_xr(raw: dict[str, Any]) -> ServingStack:
         raise InputError(describe(err, _xr_name(raw))) from None
     if xr.spec.kubeconfig() is None:
         raise InputError(f"{_xr_name(raw)}: spec.secrets: a secret of type {KUBECONFIG} is required")
-    return xr
+    return legacy.resolve(xr, _xr_name(raw))
 
 
 def select_stack(xr: ServingStack) -> stack.Stack:
+    assert xr.spec.cloud is not None, "set or inferred by parse_xr"
     chosen = stack.load(xr.spec.cloud, xr.spec.accelerator)
     if chosen is None:
         pairs = ", ".join(f"{c}/{a}" for c, a in stack.available())
@@ -69,6 +70,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
         chosen = select_stack(xr)
+        legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen, _xr_name(raw))
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
@@ -90,7 +92,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
     if address:
         status["gateway"] = {"address": address}
     write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    for note in notes:
+    for note in [*legacy_notes, *notes]:
         response.warning(rsp, note)
     if found.applied:
         response.normal(rsp, overrides.summary(found, plan))
