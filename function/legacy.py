@@ -1,4 +1,4 @@
-"""ServingStacks written for Modelplane v0.3.1: no ``spec.cloud``, maybe ``spec.nvidiaDriverRoot`` and ``spec.versions``.
+"""ServingStacks written for Modelplane v0.3.1: no ``spec.cloud``, maybe its deprecated fields.
 
 The InferenceCluster composition of v0.3.1 writes ServingStacks without a
 cloud (its compose-inference-cluster function sets only ``secrets`` and, on

@@ -148,7 +148,7 @@ def test_a_version_pin_that_differs_from_v031s_default_is_fatal_not_dropped(serv
 
 
 def test_the_version_defaults_the_function_knows_are_v031s() -> None:
-    assert legacy.V031_VERSION_DEFAULTS == V031["servingStack"]["versionDefaults"]
+    assert V031["servingStack"]["versionDefaults"] == legacy.V031_VERSION_DEFAULTS
 
 
 def test_misspelt_legacy_fields_are_still_fatal(server: str) -> None:
