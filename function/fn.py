@@ -13,7 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function import legacy, overrides, requestlog, stack
+from function import events, legacy, overrides, requestlog, stack
 from function.compose import Observed, renderer
 from function.errors import InputError, describe
 from function.model import KUBECONFIG, ServingStack
@@ -92,10 +92,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
     if address:
         status["gateway"] = {"address": address}
     write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    for note in [*legacy_notes, *notes]:
-        response.warning(rsp, note)
-    if found.applied:
-        response.normal(rsp, overrides.summary(found, plan))
+    summary = overrides.summary(found, plan) if found.applied else None
+    events.report(req, rsp, [*legacy_notes, *notes], summary, status["stack"])
     return rsp
 
 

@@ -10,9 +10,7 @@ from upgrading.compare import OUT, generate
 
 
 @click.command()
-@click.option(
-    "--check", is_flag=True, help="Exit 1 when the committed UPGRADING.md is stale."
-)
+@click.option("--check", is_flag=True, help="Exit 1 when the committed UPGRADING.md is stale.")
 def main(check: bool) -> None:
     text = generate()
     if check:
