@@ -259,7 +259,7 @@ class StackRenderer:
         ProviderConfigs), so the XR can say it is not ready.
         """
         plan = self.plan if plan is None else plan
-        out = into
+        out = into  # the response's desired resources
         pc_name = provider_config_name(xr)
         kubeconfig = xr.spec.kubeconfig()
         assert kubeconfig is not None, "checked before rendering"
@@ -312,10 +312,12 @@ class StackRenderer:
             api, kind = _api_kind(comp)
             _write_ready(out[provider_config_usage_key(key)], _provider_config_usage(api, kind, key, pc_name))
         # A consumer on its way out (no longer desired, still observed) keeps
-        # its ProviderConfig until it is gone: its uninstall needs it.
+        # its ProviderConfig until it is gone: its uninstall needs it. Only
+        # one carrying our consumer label: another pipeline step's resources
+        # are not ours to protect, and a selector must resolve.
         for key, obs in observed.resources.items():
             api_kind = _remote_api_kind(obs.resource)
-            if key not in rendered and api_kind is not None:
+            if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
                 _write_ready(out[provider_config_usage_key(key)], _provider_config_usage(*api_kind, key, pc_name))
         for planned in plan:
             user = planned.component
@@ -366,6 +368,13 @@ def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
     api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
     api_kind = (api.string_value if api else "", kind.string_value if kind else "")
     return api_kind if api_kind in ((HELM_API, "Release"), (KUBERNETES_API, "Object")) else None
+
+
+def _consumer_label(body: struct_pb2.Struct) -> str:
+    meta = body.fields.get("metadata")
+    labels = meta.struct_value.fields.get("labels") if meta else None
+    value = labels.struct_value.fields.get(USAGE_CONSUMER_LABEL) if labels else None
+    return value.string_value if value else ""
 
 
 def _write_ready(target: fnv1.Resource, body: struct_pb2.Struct) -> None:

@@ -198,6 +198,19 @@ def test_a_consumer_on_its_way_out_keeps_its_provider_config(server: str) -> Non
     assert "usage-pc-leader-worker-set" not in desired(reconcile(server, xr, gone, configs))
 
 
+def test_another_steps_resources_get_no_provider_config_usage(server: str) -> None:
+    """A later pipeline step's Object is observed too, but it is not ours and carries no consumer label."""
+    xr = make_xr("GKE")
+    full = installed(server, xr)
+    theirs = {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {"name": "x", "annotations": {"crossplane.io/composition-resource-name": "team-extra"}},
+        "spec": {"forProvider": {"manifest": {}}},
+    }
+    assert "usage-pc-team-extra" not in desired(reconcile(server, xr, {**full, "team-extra": theirs}))
+
+
 # ------------------------------------------------------------- 3. Removed order
 
 
