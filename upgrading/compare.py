@@ -147,7 +147,7 @@ def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stac
         changes.append(VERSION)
         effects.append(
             f"Helm upgrades {release} in place from {old['version']} to {chart['version']}; "
-            "workloads roll, and CRDs in the chart's crds/ directory are not upgraded by Helm"
+            "workloads roll (Helm never upgrades CRDs a chart keeps in its crds/ directory)"
         )
     inv = inventory(chart["name"], chart["version"])
     new_names = object_names(release, chart["name"], body["spec"]["forProvider"].get("values") or {}, inv)
@@ -321,10 +321,17 @@ def render_markdown(comparisons: list[Comparison], v031: dict[str, Any], control
         ROLLOUT,
         "",
         "## Per stack",
+        "",
+        "Stacks whose comparison is the same share a section.",
     ]
+    # Stacks with identical rows, in the order they come: one section each group.
+    groups: dict[tuple[Row, ...], list[Comparison]] = {}
     for comparison in comparisons:
-        s = comparison.stack
-        lines += ["", f"### {s.id} ({s.cloud}, {s.accelerator})", ""]
+        groups.setdefault(tuple(comparison.rows), []).append(comparison)
+    for group in groups.values():
+        comparison = group[0]
+        title = ", ".join(f"{c.stack.id} ({c.stack.cloud}, {c.stack.accelerator})" for c in group)
+        lines += ["", f"### {title}", ""]
         for change in (VERSION, CHART, RENAMES, ADDED, REMOVED):
             keys = comparison.keys(change)
             lines.append(f"- {change}: {', '.join(f'`{k}`' for k in keys) if keys else 'none'}")
