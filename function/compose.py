@@ -166,7 +166,7 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=4096)
-def _provider_config_usage(api: str, by_kind: str, consumer: str, pc_name: str) -> struct_pb2.Struct:
+def _provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
     # A ProviderConfig must outlive every resource that reaches the cluster
     # through it, or their deletion can never be processed. One Usage per
     # consumer: a Usage's selector resolves to its first match and stops
@@ -178,7 +178,7 @@ def _provider_config_usage(api: str, by_kind: str, consumer: str, pc_name: str) 
             "kind": "Usage",
             "spec": {
                 "replayDeletion": True,
-                "of": {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": pc_name}},
+                "of": {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": ""}},
                 "by": {
                     "apiVersion": api,
                     "kind": by_kind,
@@ -259,15 +259,14 @@ class StackRenderer:
         ProviderConfigs), so the XR can say it is not ready.
         """
         plan = self.plan if plan is None else plan
-        out = into  # the response's desired resources
         pc_name = provider_config_name(xr)
         kubeconfig = xr.spec.kubeconfig()
         assert kubeconfig is not None, "checked before rendering"
         for key, api in ((HELM_PC, HELM_API), (KUBERNETES_PC, KUBERNETES_API)):
-            out[key].resource.CopyFrom(
+            into[key].resource.CopyFrom(
                 _provider_config(api, pc_name, xr.metadata.namespace, kubeconfig, xr.spec.identity())
             )
-            out[key].ready = fnv1.READY_TRUE  # nothing to wait for
+            into[key].ready = fnv1.READY_TRUE  # nothing to wait for
         # A remote resource is composed only once its ProviderConfigs exist,
         # so the first reconcile does not fail on a missing ProviderConfig.
         pcs_observed = observed.has(HELM_PC) and observed.has(KUBERNETES_PC)
@@ -284,7 +283,7 @@ class StackRenderer:
             if not (pcs_observed or observed.has(key)):
                 pending.append(key)
                 continue
-            desired = out[key]
+            desired = into[key]
             body = desired.resource
             self._write_body(body, planned, xr_params)
             body["spec"]["providerConfigRef"]["name"] = pc_name
@@ -296,7 +295,7 @@ class StackRenderer:
             if observed.ready(key):
                 desired.ready = fnv1.READY_TRUE
             rendered[key] = planned.component
-        self._render_usages(out, plan, rendered, observed, pc_name)
+        self._render_usages(into, plan, rendered, observed, pc_name)
         return pending
 
     def _render_usages(
@@ -308,9 +307,7 @@ class StackRenderer:
         pc_name: str,
     ) -> None:
         # Usages have no readiness of their own to wait for.
-        for key, comp in rendered.items():
-            api, kind = _api_kind(comp)
-            _write_ready(out[provider_config_usage_key(key)], _provider_config_usage(api, kind, key, pc_name))
+        consumers = {key: _api_kind(comp) for key, comp in rendered.items()}
         # A consumer on its way out (no longer desired, still observed) keeps
         # its ProviderConfig until it is gone: its uninstall needs it. Only
         # one carrying our consumer label: another pipeline step's resources
@@ -318,7 +315,11 @@ class StackRenderer:
         for key, obs in observed.resources.items():
             api_kind = _remote_api_kind(obs.resource)
             if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
-                _write_ready(out[provider_config_usage_key(key)], _provider_config_usage(*api_kind, key, pc_name))
+                consumers[key] = api_kind
+        for key, (api, kind) in consumers.items():
+            target = out[provider_config_usage_key(key)]
+            _write_ready(target, _provider_config_usage(api, kind, key))
+            target.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
         for planned in plan:
             user = planned.component
             # The Usage stays while its user is on the cluster, even once the
