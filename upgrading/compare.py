@@ -70,19 +70,27 @@ def inventory(chart: str, version: str) -> dict[str, Any] | None:
     return load_yaml(path) if path.is_file() else None
 
 
+# Charts whose fullname helper truncates shorter than Helm's 63: the
+# operator and other objects append suffixes (kube-prometheus-stack
+# templates/_helpers.tpl, "kube-prometheus-stack.fullname": trunc 26, at
+# 72.6.2 and 82.8.0 alike).
+FULLNAME_MAX = {"kube-prometheus-stack": 26}
+
+
 def _standard_fullname(release: str, chart: str, node: Any) -> str:
     """Helm's ``<chart>.fullname`` helper as ``helm create`` writes it and these charts keep it."""
     node = node if isinstance(node, dict) else {}
-    if node.get("fullnameOverride"):
-        return str(node["fullnameOverride"])
     name = str(node.get("nameOverride") or chart)
-    return release if name in release else f"{release}-{name}"
+    full = str(node.get("fullnameOverride") or (release if name in release else f"{release}-{name}"))
+    return full[: FULLNAME_MAX.get(chart, 63)].rstrip("-")
 
 
 def object_names(release: str, chart: str, values: dict[str, Any], inv: dict[str, Any] | None) -> dict[str, str]:
     """Name prefix of the release's objects per naming scope ("" the chart, else a subchart alias).
 
-    Without an inventory of the chart only the chart's own scope is known.
+    Scopes are those whose templates read a ``fullnameOverride`` (per the
+    chart's inventory) and, for a subchart, that are installed. Without an
+    inventory of the chart only the chart's own scope is known.
     """
     if inv is None:
         return {"": _standard_fullname(release, chart, values)}
@@ -99,6 +107,15 @@ def object_names(release: str, chart: str, values: dict[str, Any], inv: dict[str
         if condition and not get_path(merged, condition.split(",")[0], False):
             continue  # not installed: names nothing
         names[alias] = _standard_fullname(release, dep["name"], merged.get(alias))
+    return names
+
+
+def v031_object_names(old: dict[str, Any]) -> dict[str, str]:
+    """The name prefixes v0.3.1's release used: its chart and the subcharts facts/v0.3.1.yaml lists."""
+    release, values = f"mp-{old['chart']}", old.get("values") or {}
+    names = {"": _standard_fullname(release, old["chart"], values)}
+    for alias, chart in (old.get("subcharts") or {}).items():
+        names[alias] = _standard_fullname(release, chart, values.get(alias))
     return names
 
 
@@ -151,10 +168,7 @@ def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stac
         )
     inv = inventory(chart["name"], chart["version"])
     new_names = object_names(release, chart["name"], body["spec"]["forProvider"].get("values") or {}, inv)
-    # v0.3.1 ran another version of the chart (or another chart): naming
-    # defaults taken as today's where the chart is the same.
-    same_chart = chart["name"] == old["chart"]
-    old_names = object_names(old_release, old["chart"], old.get("values") or {}, inv if same_chart else None)
+    old_names = v031_object_names(old)
     renamed = [
         f"{old_names[scope]} → {new_names[scope]}"
         for scope in sorted(new_names)
