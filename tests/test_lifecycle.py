@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from function import stack
-from function.compose import HELM_PC, KUBERNETES_PC
+from function.compose import HELM_PC, KUBERNETES_PC, label_value
 from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
 from tests.conftest import desired, make_xr, observed_as
 from tests.serve import serving
@@ -335,3 +335,15 @@ def test_every_label_of_every_stack_is_valid(server: str, cloud: str, accelerato
     xr = make_xr(cloud, accelerator)
     got = desired(reconcile(server, xr, created(reconcile(server, xr, {}))))
     assert [(k, v) for k, v in all_labels(got) if len(v) > 63 or not LABEL_VALUE.match(v)] == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["gateway", "a" * 63, "a" * 64, "driver-" + "b" * 63, "driver-" + "b" * 55 + "-" + "c" * 7, "x" * 200],
+)
+def test_label_values_fit_and_keep_keys_apart(key: str) -> None:
+    value = label_value(key)
+    assert len(value) <= 63 and LABEL_VALUE.match(value)
+    assert value == key if len(key) <= 63 else value != key
+    assert label_value(key) == value  # the same on every reconcile
+    assert label_value(key + "2") != value
