@@ -13,7 +13,7 @@ from function import stack as stacks
 from function.compose import USAGE_CONSUMER_LABEL, provider_config_usage_key
 from function.model import Accelerator, Cloud
 from function.values import deep_merge
-from generator.build import DEFAULT_SHARED
+from generator.refresh import DEFAULT_SHARED
 from tests.conftest import REPO
 from upgrading import compare as upgrading
 
