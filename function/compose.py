@@ -6,6 +6,8 @@ per process: RunFunction runs on every reconcile of every cluster.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -24,6 +26,14 @@ USAGE_API = "protection.crossplane.io/v1beta1"
 
 # Label every composed resource carries, so Usages can select a sibling by key.
 RESOURCE_LABEL = "modelplane.ai/resource"
+# Label pinning a ProviderConfig Usage's `by` selector to one consumer, with the
+# Usage key `usage-pc-<key>`: both as v0.3.1's compose-usages step wrote them,
+# so clusters upgraded from it keep their Usages (UPSTREAM.md).
+USAGE_CONSUMER_LABEL = "modelplane.ai/usage-consumer"
+# A label value is at most 63 characters (Kubernetes validation
+# IsValidLabelValue); a driver pool name alone may take 63.
+LABEL_VALUE_MAX = 63
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 EXTERNAL_NAME = "crossplane.io/external-name"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
 OVERRIDDEN_BY = "servingstack.modelplane.ai/overridden-by"
@@ -63,8 +73,22 @@ def provider_config_name(xr: ServingStack) -> str:
     return resource.child_name(xr.metadata.name, "cluster")
 
 
+def label_value(key: str) -> str:
+    """``key`` as a valid label value: itself when it fits, else a prefix plus a digest of the whole.
+
+    The digest keeps two long keys with a common prefix apart, so a Usage
+    selector still resolves to the one resource it means.
+    """
+    if len(key) <= LABEL_VALUE_MAX and _LABEL_VALUE.match(key):
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", key)[: LABEL_VALUE_MAX - len(digest) - 1].strip("-_.")
+    return f"{prefix}-{digest}" if prefix else digest
+
+
 def _labels(key: str) -> dict[str, Any]:
-    return {"labels": {RESOURCE_LABEL: key}}
+    value = label_value(key)
+    return {"labels": {RESOURCE_LABEL: value, USAGE_CONSUMER_LABEL: value}}
 
 
 def release_body(component: Component) -> dict[str, Any]:
@@ -112,6 +136,11 @@ def component_body(component: Component) -> dict[str, Any]:
     return release_body(component) if component.is_release else object_body(component)
 
 
+def _selector(label: str, key: str) -> dict[str, Any]:
+    # This XR's resource carrying the key's label (a sibling XR's has the same label).
+    return {"matchControllerRef": True, "matchLabels": {label: label_value(key)}}
+
+
 def _usage(used: Component, user: Component) -> dict[str, Any]:
     of_api, of_kind = _api_kind(used)
     by_api, by_kind = _api_kind(user)
@@ -125,29 +154,39 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
             "of": {
                 "apiVersion": of_api,
                 "kind": of_kind,
-                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: used.key}},
+                "resourceSelector": _selector(RESOURCE_LABEL, used.key),
             },
             "by": {
                 "apiVersion": by_api,
                 "kind": by_kind,
-                "resourceSelector": {"matchControllerRef": True, "matchLabels": {RESOURCE_LABEL: user.key}},
+                "resourceSelector": _selector(RESOURCE_LABEL, user.key),
             },
         },
     }
 
 
-def _provider_config_usage(api: str, by_kind: str) -> dict[str, Any]:
+@lru_cache(maxsize=4096)
+def _provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
     # A ProviderConfig must outlive every resource that reaches the cluster
-    # through it, or their deletion can never be processed.
-    return {
-        "apiVersion": USAGE_API,
-        "kind": "Usage",
-        "spec": {
-            "replayDeletion": True,
-            "of": {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": ""}},
-            "by": {"apiVersion": api, "kind": by_kind, "resourceSelector": {"matchControllerRef": True}},
-        },
-    }
+    # through it, or their deletion can never be processed. One Usage per
+    # consumer: a Usage's selector resolves to its first match and stops
+    # (crossplane internal/controller/protection/usage/selector.go,
+    # resolveSelector), so one Usage with a shared selector protects one.
+    return _to_struct(
+        {
+            "apiVersion": USAGE_API,
+            "kind": "Usage",
+            "spec": {
+                "replayDeletion": True,
+                "of": {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": ""}},
+                "by": {
+                    "apiVersion": api,
+                    "kind": by_kind,
+                    "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer),
+                },
+            },
+        }
+    )
 
 
 def _api_kind(component: Component) -> tuple[str, str]:
@@ -156,6 +195,10 @@ def _api_kind(component: Component) -> tuple[str, str]:
 
 def usage_key(of_key: str, by_key: str) -> str:
     return f"usage-{of_key}-by-{by_key}"
+
+
+def provider_config_usage_key(consumer: str) -> str:
+    return f"usage-pc-{consumer}"
 
 
 def _to_struct(body: dict[str, Any]) -> struct_pb2.Struct:
@@ -175,8 +218,6 @@ class StackRenderer:
         self.plan = tuple(Planned(c) for c in stack.components)
         self._own = {c.key: c for c in stack.components}
         self._static = {c.key: _to_struct(component_body(c)) for c in stack.components}
-        self._helm_pc_usage = _to_struct(_provider_config_usage(HELM_API, "Release"))
-        self._kubernetes_pc_usage = _to_struct(_provider_config_usage(KUBERNETES_API, "Object"))
         self._usages: dict[str, struct_pb2.Struct] = {}
         self._derived: dict[int, tuple[Component, struct_pb2.Struct]] = {}
 
@@ -207,38 +248,42 @@ class StackRenderer:
         self,
         xr: ServingStack,
         observed: Observed,
-        plan: Sequence[Planned] | None = None,
-        into: MutableMapping[str, fnv1.Resource] | None = None,
-    ) -> MutableMapping[str, fnv1.Resource]:
-        """Desired composed resources for one XR, keyed by composed resource name.
+        plan: Sequence[Planned] | None,
+        into: MutableMapping[str, fnv1.Resource],
+    ) -> list[str]:
+        """Write the desired composed resources for one XR into ``into``, keyed by composed resource name.
 
-        Written straight into ``into`` (a response's desired resources) when
-        given: every copy of a large Struct costs on the hot path.
+        Written straight into a response's desired resources: every copy of a
+        large Struct costs on the hot path. Returns the keys of the components
+        the stack needs that are not composed yet (waiting for the
+        ProviderConfigs), so the XR can say it is not ready.
         """
         plan = self.plan if plan is None else plan
-        out: MutableMapping[str, fnv1.Resource] = fnv1.State().resources if into is None else into
         pc_name = provider_config_name(xr)
         kubeconfig = xr.spec.kubeconfig()
         assert kubeconfig is not None, "checked before rendering"
         for key, api in ((HELM_PC, HELM_API), (KUBERNETES_PC, KUBERNETES_API)):
-            out[key].resource.CopyFrom(
+            into[key].resource.CopyFrom(
                 _provider_config(api, pc_name, xr.metadata.namespace, kubeconfig, xr.spec.identity())
             )
-            out[key].ready = fnv1.READY_TRUE  # nothing to wait for
+            into[key].ready = fnv1.READY_TRUE  # nothing to wait for
         # A remote resource is composed only once its ProviderConfigs exist,
         # so the first reconcile does not fail on a missing ProviderConfig.
         pcs_observed = observed.has(HELM_PC) and observed.has(KUBERNETES_PC)
         xr_params = gateway_params(xr)
+        leaving = _leaving(plan, observed)
         rendered: dict[str, Component] = {}
+        pending: list[str] = []
         for planned in plan:
             key = planned.component.key
-            if planned.state == REMOVED:
+            if planned.state == REMOVED and key not in leaving:
                 continue
             if planned.state == UNMANAGED and not observed.has(key):
                 continue  # never installed by us: the cluster's own copy is left alone
             if not (pcs_observed or observed.has(key)):
+                pending.append(key)
                 continue
-            desired = out[key]
+            desired = into[key]
             body = desired.resource
             self._write_body(body, planned, xr_params)
             body["spec"]["providerConfigRef"]["name"] = pc_name
@@ -250,21 +295,37 @@ class StackRenderer:
             if observed.ready(key):
                 desired.ready = fnv1.READY_TRUE
             rendered[key] = planned.component
-        self._render_usages(out, rendered, pc_name)
-        return out
+        self._render_usages(into, plan, rendered, observed, pc_name)
+        return pending
 
     def _render_usages(
-        self, out: MutableMapping[str, fnv1.Resource], rendered: Mapping[str, Component], pc_name: str
+        self,
+        out: MutableMapping[str, fnv1.Resource],
+        plan: Sequence[Planned],
+        rendered: Mapping[str, Component],
+        observed: Observed,
+        pc_name: str,
     ) -> None:
         # Usages have no readiness of their own to wait for.
-        if any(c.is_release for c in rendered.values()):
-            _write_ready(out["usage-helm-pc"], self._helm_pc_usage)
-            out["usage-helm-pc"].resource["spec"]["of"]["resourceRef"]["name"] = pc_name
-        if any(not c.is_release for c in rendered.values()):
-            _write_ready(out["usage-k8s-pc"], self._kubernetes_pc_usage)
-            out["usage-k8s-pc"].resource["spec"]["of"]["resourceRef"]["name"] = pc_name
-        for user in rendered.values():
-            if not user.finalized_by_dependencies:
+        consumers = {key: _api_kind(comp) for key, comp in rendered.items()}
+        # A consumer on its way out (no longer desired, still observed) keeps
+        # its ProviderConfig until it is gone: its uninstall needs it. Only
+        # one carrying our consumer label: another pipeline step's resources
+        # are not ours to protect, and a selector must resolve.
+        for key, obs in observed.resources.items():
+            api_kind = _remote_api_kind(obs.resource)
+            if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
+                consumers[key] = api_kind
+        for key, (api, kind) in consumers.items():
+            target = out[provider_config_usage_key(key)]
+            _write_ready(target, _provider_config_usage(api, kind, key))
+            target.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
+        for planned in plan:
+            user = planned.component
+            # The Usage stays while its user is on the cluster, even once the
+            # user is no longer desired: it leaves only after the user is gone,
+            # and the used component only after the Usage (see _leaving).
+            if not user.finalized_by_dependencies or not (user.key in rendered or observed.has(user.key)):
                 continue
             for dep in user.depends_on:
                 used = rendered.get(dep)
@@ -276,6 +337,45 @@ class StackRenderer:
         if key not in self._usages:
             self._usages[key] = _to_struct(_usage(used, user))
         return self._usages[key]
+
+
+def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
+    """Removed components that stay composed until what depends on them is gone.
+
+    Removal goes in dependency order, one step per reconcile: first the
+    dependents leave, then the Usages that held the component for them, then
+    the component. Deleting a used resource together with its Usage would hit
+    the Usage admission webhook (409 Conflict while a Usage of the resource
+    exists, crossplane internal/webhook/protection/usage/handler.go), because
+    garbage collection deletes every undesired resource in one pass and
+    strips the Usage's composite label so it does not wait for its user
+    (crossplane internal/controller/apiextensions/composite/
+    composition_functions.go, GarbageCollectComposedResources;
+    internal/controller/protection/usage/reconciler.go).
+    """
+    removed = {p.component.key for p in plan if p.state == REMOVED and observed.has(p.component.key)}
+    if not removed:
+        return set()
+    return {
+        dep
+        for p in plan
+        for dep in p.component.depends_on
+        if dep in removed and (observed.has(p.component.key) or observed.has(usage_key(dep, p.component.key)))
+    }
+
+
+def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
+    """(apiVersion, kind) of an observed Release or Object; None for anything else."""
+    api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
+    api_kind = (api.string_value if api else "", kind.string_value if kind else "")
+    return api_kind if api_kind in ((HELM_API, "Release"), (KUBERNETES_API, "Object")) else None
+
+
+def _consumer_label(body: struct_pb2.Struct) -> str:
+    meta = body.fields.get("metadata")
+    labels = meta.struct_value.fields.get("labels") if meta else None
+    value = labels.struct_value.fields.get(USAGE_CONSUMER_LABEL) if labels else None
+    return value.string_value if value else ""
 
 
 def _write_ready(target: fnv1.Resource, body: struct_pb2.Struct) -> None:

@@ -13,7 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function import overrides, requestlog, stack
+from function import events, legacy, overrides, requestlog, stack
 from function.compose import Observed, renderer
 from function.errors import InputError, describe
 from function.model import KUBECONFIG, ServingStack
@@ -45,10 +45,11 @@ def parse_xr(raw: dict[str, Any]) -> ServingStack:
         raise InputError(describe(err, _xr_name(raw))) from None
     if xr.spec.kubeconfig() is None:
         raise InputError(f"{_xr_name(raw)}: spec.secrets: a secret of type {KUBECONFIG} is required")
-    return xr
+    return legacy.resolve(xr, _xr_name(raw))
 
 
 def select_stack(xr: ServingStack) -> stack.Stack:
+    assert xr.spec.cloud is not None, "set or inferred by parse_xr"
     chosen = stack.load(xr.spec.cloud, xr.spec.accelerator)
     if chosen is None:
         pairs = ", ".join(f"{c}/{a}" for c, a in stack.available())
@@ -69,24 +70,30 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
         chosen = select_stack(xr)
+        legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen, _xr_name(raw))
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan, warnings, notes = overrides.plan(chosen, found)
-        renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
+        pending = renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
         apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))
+    if pending:
+        # Only the ProviderConfigs (which are ready at once) may be desired so
+        # far; Crossplane would call the XR Available when nothing desired is
+        # unready (crossplane internal/controller/apiextensions/composite/
+        # reconciler.go). Once everything is composed Crossplane's own check
+        # decides: Ready needs every composed resource ready, and its message
+        # names the unready ones (an explicit readiness would drop that list).
+        rsp.desired.composite.ready = fnv1.READY_FALSE
     status = rsp.desired.composite.resource.get_or_create_struct("status")
     address = _gateway_address(req)
     if address:
         status["gateway"] = {"address": address}
     write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    for warning in (*found.warnings, *warnings):
-        response.warning(rsp, warning)
-    for note in (*found.notes, *notes):
-        response.normal(rsp, note)
-    response.normal(rsp, overrides.summary(chosen, found, plan))
+    normals = [*found.notes, *notes, overrides.summary(chosen, found, plan)]
+    events.report(req, rsp, [*legacy_notes, *found.warnings, *warnings], normals, status["stack"])
     return rsp
 
 

@@ -80,11 +80,29 @@ class GatewaySpec(_Strict):
     listeners: list[Listener] = Field(default_factory=_default_listeners, min_length=1)
 
 
+class LegacyVersions(_Strict):
+    """v0.3.1's ``spec.versions``: one chart pin per component. Deprecated; see ``function.legacy``."""
+
+    gatewayApi: str | None = None  # noqa: N815 - Kubernetes field names
+    certManager: str | None = None  # noqa: N815
+    envoyGateway: str | None = None  # noqa: N815
+    prometheus: str | None = None
+    leaderWorkerSet: str | None = None  # noqa: N815
+    nodeFeatureDiscovery: str | None = None  # noqa: N815
+    nvidiaDraDriver: str | None = None  # noqa: N815
+
+
 class ServingStackSpec(_Strict):
-    cloud: Cloud
+    # None only on a ServingStack written for v0.3.1: function.legacy infers
+    # it or refuses, before anything reads it.
+    cloud: Cloud | None = None
     accelerator: Accelerator = Accelerator.NVIDIA
     secrets: list[SecretEntry] = Field(default_factory=list)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
+    # Deprecated v0.3.1 fields, still accepted so the ServingStacks v0.3.1's
+    # InferenceCluster writes keep reconciling (function.legacy).
+    nvidiaDriverRoot: str | None = None  # noqa: N815
+    versions: LegacyVersions | None = None
 
     # Crossplane v2 keeps its own machinery (compositionRef, resourceRefs …)
     # under spec.crossplane; it is not ours to judge.

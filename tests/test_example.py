@@ -12,6 +12,7 @@ from function.render_loop import grpc_runner, render_documents, run_composition,
 from tests import k8s_schema
 from tests.conftest import EXAMPLE, XRD, load_docs
 from tests.serve import serving
+from tests.test_legacy import SHAPES
 
 
 @pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])
@@ -51,6 +52,12 @@ def test_xrd_rejects_what_the_model_rejects(xr_index: k8s_schema.CRDIndex) -> No
     xr = load_docs(EXAMPLE / "xr.yaml")[0]
     xr["spec"]["cloud"] = "Mars"
     assert any("spec.cloud" in e for e in xr_index.validate(xr))
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_serving_stacks_written_for_v031_stay_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex, shape: str) -> None:
+    """The parent's server-side apply (no spec.cloud; nvidiaDriverRoot; stored versions) still passes."""
+    assert xr_index.validate(SHAPES[shape]) == []
 
 
 def test_xrd_and_model_declare_the_same_spec_fields() -> None:

@@ -44,8 +44,8 @@ def test_stack_renders_platform_components_with_stable_keys(cloud: str, accelera
         "gateway-class",
         "gateway",
         "gaie-crd-inferencepools.inference.networking.k8s.io",
-        "usage-helm-pc",
-        "usage-k8s-pc",
+        "usage-pc-cert-manager",
+        "usage-pc-gateway",
         "usage-gateway-class-by-gateway",
         "usage-envoy-gateway-by-gateway-class",
     ):
@@ -67,7 +67,7 @@ def test_releases_keep_the_helm_release_names_clusters_run(cloud: str, accelerat
         chart = release["spec"]["forProvider"]["chart"]["name"]
         expected = "mp-dra-driver-nvidia-gpu" if key == "dra-driver" else f"mp-{chart}"
         assert external == expected
-        assert release["metadata"]["labels"] == {"modelplane.ai/resource": key}
+        assert release["metadata"]["labels"] == {"modelplane.ai/resource": key, "modelplane.ai/usage-consumer": key}
         assert release["spec"]["providerConfigRef"] == {"kind": "ProviderConfig", "name": "prod-eu-1-cluster-b51a9"}
 
 
@@ -173,7 +173,7 @@ def test_usages_keep_controllers_alive_until_what_they_finalize_is_gone() -> Non
     assert usage["by"]["resourceSelector"]["matchLabels"] == {"modelplane.ai/resource": "gateway-class"}
     of = got["usage-gateway-class-by-gateway"]["spec"]["of"]
     assert of["resourceSelector"]["matchLabels"] == {"modelplane.ai/resource": "gateway-class"}
-    assert got["usage-helm-pc"]["spec"]["of"]["resourceRef"] == {"name": "prod-eu-1-cluster-b51a9"}
+    assert got["usage-pc-cert-manager"]["spec"]["of"]["resourceRef"] == {"name": "prod-eu-1-cluster-b51a9"}
 
 
 def test_readiness_follows_observed_ready_condition() -> None:
@@ -188,7 +188,7 @@ def test_readiness_follows_observed_ready_condition() -> None:
     assert rsp.desired.resources["cert-manager"].ready == fnv1.READY_TRUE
     assert rsp.desired.resources["prometheus"].ready == fnv1.READY_UNSPECIFIED
     assert rsp.desired.resources["provider-config-helm"].ready == fnv1.READY_TRUE
-    assert rsp.desired.resources["usage-helm-pc"].ready == fnv1.READY_TRUE
+    assert rsp.desired.resources["usage-pc-cert-manager"].ready == fnv1.READY_TRUE
 
 
 def test_gateway_address_and_stack_status() -> None:

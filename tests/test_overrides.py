@@ -143,7 +143,7 @@ def test_removed_is_not_rendered_and_refused_while_a_managed_component_depends_o
     message = fatal(xr, ec("rm", {"components": {"envoy-gateway": {"state": "Removed"}}}))
     assert "EnvironmentConfig rm: data.servingStack.components.envoy-gateway.state" in message
     assert "gateway-class" in message and "gateway-proxy" in message
-    # Removing the dependents too (or unmanaging them) is accepted.
+    # Removing the dependents too is accepted (they leave first).
     chain = {k: {"state": "Removed"} for k in ("envoy-gateway", "gateway-proxy", "gateway-class", "gateway")}
     got = desired(overridden(xr, ec("rm", {"components": chain})))
     assert not set(chain) & set(got)

@@ -319,12 +319,21 @@ def _manifest(
 def _check_removed(
     states: dict[str, str], comps: Sequence[Component], accs: dict[str, _Acc], where: dict[str, str]
 ) -> None:
+    # A dependent that stays on the cluster (Managed, or Unmanaged: kept
+    # as it is) still needs what it depends on; e.g. a GatewayClass removed
+    # under an Unmanaged Gateway would wait forever on Envoy Gateway's
+    # finalizer. Removed dependents leave first (compose orders it).
     for removed in (k for k, s in states.items() if s == REMOVED):
-        users = sorted(c.key for c in comps if removed in c.depends_on and states.get(c.key) == MANAGED)
+        users = sorted(
+            f"{c.key} ({states.get(c.key, MANAGED)})"
+            for c in comps
+            if removed in c.depends_on and states.get(c.key, MANAGED) != REMOVED
+        )
         if users:
             raise InputError(
-                f"{where[accs[removed].state_by]}.components.{removed}.state: Removed is refused while managed "
-                f"components depend on {removed}: {', '.join(users)}; remove or unmanage them too"
+                f"{where[accs[removed].state_by]}.components.{removed}.state: Removed is refused while components "
+                f"that depend on {removed} stay on the cluster: {', '.join(users)}; set them Removed too "
+                f"(they leave first, {removed} once they are gone) or keep {removed}"
             )
 
 
@@ -466,14 +475,17 @@ class _Planner:
         provenance: dict[str, dict[str, str]] = {}
         for comp in self.stack.components:
             acc = self.accs[comp.key]
-            if acc.state == MANAGED:
+            # A Removed component stays composed as it was until its dependents
+            # are gone (compose orders the removal): keep its overrides, e.g.
+            # the mirror it installs from, rather than the generated body.
+            if acc.state in (MANAGED, REMOVED):
                 layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
                 new = (
                     _release(comp, acc, layers, mirrors, self.found)
                     if comp.is_release
                     else _manifest(comp, acc, acc.patches, mirrors, self.found)
                 )
-                planned.append(Planned(new, MANAGED, tuple(sorted(acc.changed, key=self.order.__getitem__))))
+                planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
                 # Not ours to change any more: the generated body (Observe-only
                 # when it was installed), changed only by the document that said so.

@@ -72,7 +72,8 @@ class Match(_Strict):
         return not self.accelerators or accelerator in self.accelerators
 
     def matches(self, xr: ServingStack) -> bool:
-        if not self.admits(xr.spec.cloud, xr.spec.accelerator):
+        # parse_xr has set or inferred spec.cloud (a v0.3.1 XR may omit it) before documents are matched.
+        if not self.admits(xr.spec.cloud or "", xr.spec.accelerator):
             return False
         if self.namespaces and xr.metadata.namespace not in self.namespaces:
             return False

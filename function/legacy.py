@@ -1,0 +1,120 @@
+"""ServingStacks written for Modelplane v0.3.1: no ``spec.cloud``, maybe its deprecated fields.
+
+The InferenceCluster composition of v0.3.1 writes ServingStacks without a
+cloud (its compose-inference-cluster function sets only ``secrets`` and, on
+GKE, ``nvidiaDriverRoot``), and v0.3.1's XRD defaulted ``nvidiaDriverRoot``
+to ``/`` and every ``spec.versions`` pin, so stored objects carry them. Until
+the parent sets ``spec.cloud``, the cloud is inferred where the old fields
+leave no doubt, with a Warning saying what to set; otherwise it is a Fatal.
+"""
+
+from __future__ import annotations
+
+from function.errors import InputError
+from function.model import KUBECONFIG, Cloud, ServingStack, ServingStackSpec
+from function.stack import Stack
+
+# Where GKE's COS node image installs the NVIDIA driver; v0.3.1's
+# compose-inference-cluster sets exactly this root on GKE clusters and
+# nowhere else (_GKE_NVIDIA_DRIVER_ROOT).
+GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
+
+# The cloud an identity secret belongs to. Kubeconfig-only ServingStacks
+# (v0.3.1's EKS, AKS, Vultr and Existing) say nothing about their cloud.
+IDENTITY_CLOUDS = {
+    "AWSWebIdentityCredentials": Cloud.EKS,
+    "GoogleApplicationCredentials": Cloud.GKE,
+    "NebiusServiceAccountCredentials": Cloud.NEBIUS,
+}
+
+# v0.3.1's XRD defaults for spec.versions (modelplane v0.3.1
+# apis/servingstacks/definition.yaml; recorded in facts/v0.3.1.yaml), and the
+# component each pin moved to. A stored default is not the user's choice; a
+# pin that differs is, and is not silently dropped.
+V031_VERSION_DEFAULTS = {
+    "gatewayApi": "v1.5.1",
+    "certManager": "v1.17.1",
+    "envoyGateway": "v1.8.1",
+    "prometheus": "72.6.2",
+    "leaderWorkerSet": "v0.8.0",
+    "nodeFeatureDiscovery": "0.18.3",
+    "nvidiaDraDriver": "0.4.0",
+}
+VERSION_COMPONENTS = {
+    "certManager": "cert-manager",
+    "envoyGateway": "envoy-gateway",
+    "prometheus": "prometheus",
+    "leaderWorkerSet": "leader-worker-set",
+    "nodeFeatureDiscovery": "node-feature-discovery",
+    "nvidiaDraDriver": "dra-driver",
+}
+
+
+def _evidence(spec: ServingStackSpec) -> tuple[set[Cloud], str]:
+    """The clouds the v0.3.1 fields point at (one when they agree), and those fields in words."""
+    identity = spec.identity()
+    words = [f"a {identity.type} secret" if identity else f"only a {KUBECONFIG} secret"]
+    clouds = {IDENTITY_CLOUDS[identity.type]} if identity and identity.type in IDENTITY_CLOUDS else set()
+    root = spec.nvidiaDriverRoot
+    if root is not None:
+        words.append(f"spec.nvidiaDriverRoot {root}")
+    if root == GKE_DRIVER_ROOT:
+        clouds.add(Cloud.GKE)
+    elif root is not None and Cloud.GKE in clouds:
+        # Google credentials with the driver elsewhere: v0.3.1 wrote that for
+        # an Existing cluster with a Google identity, which need not be GKE,
+        # and GKE's stack would move the DRA driver's root under it.
+        clouds.clear()
+    return clouds, " and ".join(words)
+
+
+def resolve(xr: ServingStack, name: str) -> ServingStack:
+    """``xr`` with ``spec.cloud`` set; a Fatal where it is missing and cannot be told, or a v0.3.1 pin would be lost."""
+    _check_versions(xr.spec, name)
+    if xr.spec.cloud is not None:
+        return xr
+    clouds, words = _evidence(xr.spec)
+    choices = ", ".join(c.value for c in Cloud)
+    if len(clouds) != 1:
+        raise InputError(
+            f"{name}: spec.cloud: required; the fields a v0.3.1 ServingStack has ({words}) do not tell "
+            f"the cloud: set spec.cloud to one of {choices}"
+        )
+    return xr.model_copy(update={"spec": xr.spec.model_copy(update={"cloud": clouds.pop()})})
+
+
+def notes(xr: ServingStack, cloud_given: bool, stack: Stack, name: str) -> list[str]:
+    """Warnings for a ServingStack that still uses v0.3.1's fields."""
+    out = []
+    if not cloud_given:
+        _, words = _evidence(xr.spec)
+        out.append(
+            f"{name}: spec.cloud is not set (a ServingStack written for v0.3.1): {xr.spec.cloud} inferred "
+            f"from {words}; set spec.cloud: {xr.spec.cloud}"
+        )
+    root = xr.spec.nvidiaDriverRoot
+    if root is not None and root != stack.driver.root:
+        out.append(
+            f"{name}: spec.nvidiaDriverRoot {root} is deprecated and not read: stack {stack.id} finds the "
+            f"driver at {stack.driver.root}; remove the field"
+        )
+    return out
+
+
+def _check_versions(spec: ServingStackSpec, name: str) -> None:
+    if spec.versions is None:
+        return
+    for field, default in V031_VERSION_DEFAULTS.items():
+        pin = getattr(spec.versions, field)
+        if pin is None or pin == default:
+            continue
+        key = VERSION_COMPONENTS.get(field)
+        carry = (
+            f"hold it with an EnvironmentConfig (servingStack.components.{key}.version) or remove the pin"
+            if key
+            else "the Gateway API CRDs now come with envoy-gateway's chart: remove the pin"
+        )
+        raise InputError(
+            f"{name}: spec.versions.{field}: {pin} differs from v0.3.1's default {default}, and spec.versions "
+            f"is deprecated and no longer read; {carry}"
+        )

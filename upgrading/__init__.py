@@ -1,0 +1,1 @@
+"""Build-time: UPGRADING.md, generated from what the stacks render compared with Modelplane v0.3.1."""

@@ -1,0 +1,367 @@
+"""UPGRADING.md from a comparison of each generated stack with Modelplane v0.3.1.
+
+Per generated stack, every composed resource key of Modelplane v0.3.1
+(``facts/v0.3.1.yaml``) is compared with what the function renders for the
+stack today: it stays, changes version or chart, renames the objects inside
+its Helm release, is added or is removed, and what that does on a live
+cluster. Object names follow Helm's standard ``<chart>.fullname`` rule (the
+``fullnameOverride``/``nameOverride`` values of the chart and of each enabled
+subchart, whose templates reference them per ``facts/charts/``), so a stack
+whose values keep v0.3.1's names shows no rename. The control-plane versions
+come from ``facts/control-plane.yaml``. tests/test_upgrading.py fails when the
+committed file is not what this writes (``python -m upgrading [--check]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function import stack as stacks
+from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, renderer
+from function.model import Accelerator, Cloud, ServingStack
+from function.paths import get_path
+from function.values import deep_merge
+
+REPO = Path(__file__).resolve().parents[1]
+FACTS = REPO / "facts"
+OUT = REPO / "UPGRADING.md"
+
+STAYS = "stays"
+VERSION = "changes version"
+CHART = "changes chart"
+RENAMES = "renames objects"
+ADDED = "added"
+REMOVED = "removed"
+
+
+def load_yaml(path: Path) -> Any:
+    # libyaml where it is installed: the chart inventories are large.
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    before: str
+    after: str
+    changes: tuple[str, ...]
+    effect: str
+
+
+@dataclass
+class Comparison:
+    stack: stacks.Stack
+    rows: list[Row] = field(default_factory=list)
+
+    def keys(self, change: str) -> list[str]:
+        return [r.key for r in self.rows if change in r.changes]
+
+
+@cache  # read-only: callers merge, never modify
+def inventory(chart: str, version: str) -> dict[str, Any] | None:
+    path = FACTS / "charts" / f"{chart}-{version}.yaml"
+    return load_yaml(path) if path.is_file() else None
+
+
+# Charts whose fullname helper truncates shorter than Helm's 63: the
+# operator and other objects append suffixes (kube-prometheus-stack
+# templates/_helpers.tpl, "kube-prometheus-stack.fullname": trunc 26, at
+# 72.6.2 and 82.8.0 alike).
+FULLNAME_MAX = {"kube-prometheus-stack": 26}
+
+
+def _standard_fullname(release: str, chart: str, node: Any) -> str:
+    """Helm's ``<chart>.fullname`` helper as ``helm create`` writes it and these charts keep it."""
+    node = node if isinstance(node, dict) else {}
+    name = str(node.get("nameOverride") or chart)
+    full = str(node.get("fullnameOverride") or (release if name in release else f"{release}-{name}"))
+    return full[: FULLNAME_MAX.get(chart, 63)].rstrip("-")
+
+
+def object_names(release: str, chart: str, values: dict[str, Any], inv: dict[str, Any] | None) -> dict[str, str]:
+    """Name prefix of the release's objects per naming scope ("" the chart, else a subchart alias).
+
+    Scopes are those whose templates read a ``fullnameOverride`` (per the
+    chart's inventory) and, for a subchart, that are installed. Without an
+    inventory of the chart only the chart's own scope is known.
+    """
+    if inv is None:
+        return {"": _standard_fullname(release, chart, values)}
+    merged = deep_merge(inv.get("values") or {}, values)
+    referenced = set(inv.get("templateValues") or ())
+    names: dict[str, str] = {}
+    if "fullnameOverride" in referenced:
+        names[""] = _standard_fullname(release, chart, merged)
+    for dep in inv.get("dependencies") or ():
+        alias = dep.get("alias") or dep["name"]
+        condition = dep.get("condition")
+        if f"{alias}.fullnameOverride" not in referenced:
+            continue
+        if condition and not get_path(merged, condition.split(",")[0], False):
+            continue  # not installed: names nothing
+        names[alias] = _standard_fullname(release, dep["name"], merged.get(alias))
+    return names
+
+
+def v031_object_names(old: dict[str, Any]) -> dict[str, str]:
+    """The name prefixes v0.3.1's release used: its chart and the subcharts facts/v0.3.1.yaml lists."""
+    release, values = f"mp-{old['chart']}", old.get("values") or {}
+    names = {"": _standard_fullname(release, old["chart"], values)}
+    for alias, chart in (old.get("subcharts") or {}).items():
+        names[alias] = _standard_fullname(release, chart, values.get(alias))
+    return names
+
+
+def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
+    """What the function composes for the stack once its ProviderConfigs exist."""
+    xr = ServingStack.model_validate(
+        {
+            "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
+            "kind": "ServingStack",
+            "metadata": {"name": "upgrade", "namespace": "default"},
+            "spec": {
+                "cloud": stack.cloud,
+                "accelerator": stack.accelerator,
+                "secrets": [{"type": "Kubeconfig", "name": "k", "key": "k"}],
+            },
+        }
+    )
+    out = fnv1.State().resources
+    observed = Observed({HELM_PC: fnv1.Resource(), KUBERNETES_PC: fnv1.Resource()})
+    renderer(stack).render(xr, observed, None, out)
+    return {k: resource.struct_to_dict(v.resource) for k, v in out.items()}
+
+
+def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stacks.Component) -> Row:
+    chart = body["spec"]["forProvider"]["chart"]
+    release = body["metadata"]["annotations"]["crossplane.io/external-name"]
+    old_release = f"mp-{old['chart']}"  # v0.3.1 named every release mp-<chart>
+    before = f"{old['chart']} {old['version']} ({old_release} in {old['namespace']})"
+    after = f"{chart['name']} {chart['version']} ({release} in {comp.namespace})"
+    changes: list[str] = []
+    effects: list[str] = []
+    if release != old_release or comp.namespace != old["namespace"]:
+        # Helm cannot rename or move a release: the old one is left behind.
+        changes.append("changes release")
+        effects.append(
+            f"a new Helm release {release} in {comp.namespace} is installed beside {old_release} in "
+            f"{old['namespace']}, which nothing uninstalls"
+        )
+    if chart["name"] != old["chart"] or chart["repository"] != old["repository"]:
+        changes.append(CHART)
+        effects.append(
+            f"Helm upgrades {release} from chart {old['chart']} ({old['repository']}) to {chart['name']} "
+            f"({chart['repository']}): objects only the old chart rendered are deleted, the new chart's created"
+        )
+    elif chart["version"] != old["version"]:
+        changes.append(VERSION)
+        effects.append(
+            f"Helm upgrades {release} in place from {old['version']} to {chart['version']}; "
+            "workloads roll (Helm never upgrades CRDs a chart keeps in its crds/ directory)"
+        )
+    inv = inventory(chart["name"], chart["version"])
+    new_names = object_names(release, chart["name"], body["spec"]["forProvider"].get("values") or {}, inv)
+    old_names = v031_object_names(old)
+    renamed = [
+        f"{old_names[scope]} → {new_names[scope]}"
+        for scope in sorted(new_names)
+        if scope in old_names and old_names[scope] != new_names[scope]
+    ]
+    if renamed:
+        changes.append(RENAMES)
+        effects.append(
+            f"objects renamed ({', '.join(renamed)}): Helm deletes the old objects and creates the new ones, "
+            "a gap for webhooks and DaemonSets while they start; cluster-scoped new names collide with "
+            'another install of the chart (Helm refuses: "invalid ownership metadata")'
+        )
+    if inv is None:
+        effects.append(f"object names not compared: no inventory of {chart['name']} {chart['version']} in facts/")
+    return Row(
+        key,
+        before,
+        after,
+        tuple(changes) or (STAYS,),
+        "; ".join(effects) or "same chart, version, release and object names; Helm applies this stack's values",
+    )
+
+
+def _object_desc(body: dict[str, Any], comp: stacks.Component | None) -> str:
+    manifest = body["spec"]["forProvider"]["manifest"]
+    meta = manifest.get("metadata") or {}
+    where = f" in {meta['namespace']}" if meta.get("namespace") else ""
+    from_xr = comp.xr_fields.get("metadata.name") if comp else None
+    return f"{manifest['kind']} {f'<spec.{from_xr}>' if from_xr else meta.get('name')}{where}"
+
+
+def _old_object_desc(old: dict[str, Any], key: str) -> str:
+    name = old.get("name") or key.removeprefix("gaie-crd-")
+    where = f" in {old['namespace']}" if old.get("namespace") else ""
+    return f"{old['object']} {name}{where}"
+
+
+def _object_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stacks.Component) -> Row:
+    before, after = _old_object_desc(old, key), _object_desc(body, comp)
+    if before == after:
+        return Row(key, before, after, (STAYS,), "same object; provider-kubernetes applies this stack's manifest to it")
+    return Row(key, before, after, (RENAMES,), f"provider-kubernetes deletes {before} and creates {after}")
+
+
+def _added(key: str, body: dict[str, Any], comp: stacks.Component | None) -> Row:
+    if body["kind"] == "Release":
+        chart = body["spec"]["forProvider"]["chart"]
+        release = body["metadata"]["annotations"]["crossplane.io/external-name"]
+        namespace = body["spec"]["forProvider"]["namespace"]
+        return Row(
+            key,
+            "—",
+            f"{chart['name']} {chart['version']} ({release} in {namespace})",
+            (ADDED,),
+            f"Helm installs {release} in {namespace}",
+        )
+    if body["kind"] == "Object":
+        desc = _object_desc(body, comp)
+        return Row(key, "—", desc, (ADDED,), f"provider-kubernetes creates {desc}")
+    return Row(key, "—", body["kind"], (ADDED,), "a Usage is created on the control plane; the cluster is untouched")
+
+
+def _removed(key: str, old: dict[str, Any] | None) -> Row:
+    if old is None:
+        return Row(key, "Usage", "—", (REMOVED,), "the Usage is deleted on the control plane; the cluster is untouched")
+    if old["kind"] == "Release":
+        release = f"mp-{old['chart']}"
+        return Row(
+            key,
+            f"{old['chart']} {old['version']} ({release} in {old['namespace']})",
+            "—",
+            (REMOVED,),
+            f"Crossplane deletes the Release: Helm uninstalls {release}",
+        )
+    desc = _old_object_desc(old, key)
+    return Row(key, desc, "—", (REMOVED,), f"provider-kubernetes deletes {desc}")
+
+
+def compare(stack: stacks.Stack, v031: dict[str, Any]) -> Comparison:
+    """Every composed resource key of v0.3.1 and of the stack, and what happens to it."""
+    rendered = _render(stack)
+    comps = {c.key: c for c in stack.components}
+    old_components: dict[str, dict[str, Any]] = v031["components"]
+    # Each Release and Object has its usage-pc-<key> Usage (v0.3.1's compose-usages,
+    # this function's own now): it comes and goes with its consumer.
+    old_keys = [HELM_PC, KUBERNETES_PC, *old_components, *v031["usages"]["keys"]]
+    new_keys = [k for k in rendered if not k.startswith(provider_config_usage_key(""))]
+    result = Comparison(stack)
+    for key in sorted(set(old_keys) | set(new_keys)):
+        old, body = old_components.get(key), rendered.get(key)
+        if key in (HELM_PC, KUBERNETES_PC):
+            result.rows.append(Row(key, "ProviderConfig", "ProviderConfig", (STAYS,), "nothing changes"))
+        elif body is None:
+            result.rows.append(_removed(key, old))
+        elif old is None:
+            result.rows.append(
+                _added(key, body, comps.get(key))
+                if key not in old_keys
+                else Row(key, "Usage", "Usage", (STAYS,), "nothing changes")
+            )
+        elif body["kind"] == "Release":
+            result.rows.append(_release_row(key, old, body, comps[key]))
+        else:
+            result.rows.append(_object_row(key, old, body, comps[key]))
+    return result
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _control_plane(facts: dict[str, Any]) -> list[str]:
+    lines = ["| component | minimum | why |", "|---|---|---|"]
+    for name in ("crossplane", "provider-helm", "provider-kubernetes"):
+        entry = facts[name]
+        lines.append(f"| {name} | {entry['minimum']} | {_cell(' '.join(str(entry['why']).split()))} |")
+    lines.append("")
+    lines.append("Cloud identities on the ProviderConfigs need more recent providers:")
+    lines.append("")
+    for name in ("provider-helm", "provider-kubernetes"):
+        for identity, version in facts[name].get("identities", {}).items():
+            lines.append(f"- {name}, `{identity}`: {version}")
+    return lines
+
+
+ROLLOUT = """\
+1. Upgrade Crossplane and the providers to the versions above (the v0.3.1 function keeps working on them).
+2. Apply the new XRD (`example/xrd.yaml`). It keeps v0.3.1's `spec.nvidiaDriverRoot` and `spec.versions`
+   (deprecated) and no longer requires anything v0.3.1 ServingStacks lack, so stored ServingStacks stay valid
+   and the InferenceCluster's server-side apply keeps passing.
+3. Make the InferenceCluster composition set `spec.cloud` on the ServingStacks it writes. Until it does, the
+   function infers the cloud where the old fields tell it (a Google identity with GKE's driver root: GKE; an
+   AWS identity: EKS; a Nebius identity: Nebius) with a Warning, and returns a Fatal asking for `spec.cloud`
+   for the kubeconfig-only ones (v0.3.1's EKS, AKS, Vultr and Existing clusters): Crossplane then keeps the
+   last applied state and nothing on the cluster changes. A `spec.versions` pin other than v0.3.1's default
+   is a Fatal too: carry it as an EnvironmentConfig version hold or drop it.
+4. Review the tables below for the clusters' stacks. Where a component renames objects or changes chart, plan
+   the gap, or mark the component `Unmanaged` in an EnvironmentConfig for the clusters that must not move yet.
+5. Install the new Function package and point the ServingStack Composition's step at it. Remove the
+   `compose-usages` step: this function composes the same `usage-pc-<key>` Usages (same keys, same
+   `modelplane.ai/usage-consumer` label), so clusters keep their Usages; left in place, that step warns about
+   each one on every reconcile.
+6. Watch the first clusters: the XR stays not Ready until every component is up again."""
+
+
+def render_markdown(comparisons: list[Comparison], v031: dict[str, Any], control: dict[str, Any]) -> str:
+    lines = [
+        "<!-- Generated by `python -m upgrading` from facts/v0.3.1.yaml, facts/control-plane.yaml,",
+        "     facts/charts/ and the generated stacks; tests/test_upgrading.py fails when it is stale. -->",
+        f"# Upgrading from Modelplane {v031['release']}",
+        "",
+        f"Clusters installed by Modelplane {v031['release']} run the stack recorded in `facts/v0.3.1.yaml`. This",
+        "file compares it, composed resource by composed resource, with what each generated stack renders.",
+        "A key that stays keeps its composed resource; a key that is removed is deleted by Crossplane.",
+        "Each Release and Object also has its own `usage-pc-<key>` Usage holding its ProviderConfig (v0.3.1's",
+        "`compose-usages` keys); it comes and goes with its consumer and is not listed.",
+        "",
+        "## What the control plane needs",
+        "",
+        *_control_plane(control),
+        "",
+        "## Rollout order",
+        "",
+        ROLLOUT,
+        "",
+        "## Per stack",
+        "",
+        "Stacks whose comparison is the same share a section.",
+    ]
+    # Stacks with identical rows, in the order they come: one section each group.
+    groups: dict[tuple[Row, ...], list[Comparison]] = {}
+    for comparison in comparisons:
+        groups.setdefault(tuple(comparison.rows), []).append(comparison)
+    for group in groups.values():
+        comparison = group[0]
+        title = ", ".join(f"{c.stack.id} ({c.stack.cloud}, {c.stack.accelerator})" for c in group)
+        lines += ["", f"### {title}", ""]
+        for change in (VERSION, CHART, RENAMES, ADDED, REMOVED):
+            keys = comparison.keys(change)
+            lines.append(f"- {change}: {', '.join(f'`{k}`' for k in keys) if keys else 'none'}")
+        lines += ["", "| key | v0.3.1 | this stack | change | on a live cluster |", "|---|---|---|---|---|"]
+        for row in comparison.rows:
+            cells = (f"`{row.key}`", row.before, row.after, ", ".join(row.changes), row.effect)
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def generate() -> str:
+    v031 = load_yaml(FACTS / "v0.3.1.yaml")
+    control = load_yaml(FACTS / "control-plane.yaml")
+    comparisons = []
+    for cloud, accelerator in stacks.available():
+        loaded = stacks.load(Cloud(cloud), Accelerator(accelerator))
+        assert loaded is not None
+        comparisons.append(compare(loaded, v031))
+    return render_markdown(comparisons, v031, control)
