@@ -147,6 +147,8 @@ class OtherPullSecret(Strict):
 
     path: str
     reason: str
+
+
 class NameFacts(Strict):
     """How a chart names its objects (its ``_helpers.tpl``).
 

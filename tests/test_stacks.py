@@ -107,13 +107,17 @@ def test_amd_pools_replace_the_default_device_config() -> None:
     assert (driver["enable"], driver["version"], driver["image"]) == (True, "6.4", "registry.example.com/amd/amdgpu")
 
 
-def test_an_amd_pools_repository_is_kept_behind_a_mirror() -> None:
+@pytest.mark.parametrize(
+    ("repository", "strict"),
+    # Strict allows only the mirror's registries: a pool repository must be one of them.
+    [("registry.example.com/amd/amdgpu", False), ("mirror.example.com/hub/amd/amdgpu", True)],
+)
+def test_an_amd_pools_repository_is_kept_behind_a_mirror(repository: str, strict: bool) -> None:
     # The operator pushes its builds there: a registry rule must not move it.
-    pool = {**AMD_POOL, "image": "registry.example.com/amd/amdgpu"}
-    doc = {**mirror_all(strict=True), "drivers": [pool]}
+    doc = {**mirror_all(strict=strict), "drivers": [{**AMD_POOL, "image": repository}]}
     out = desired(render(make_xr("Existing", "AMD"), required=[ec("pools", doc)]))
     spec = out["driver-mi300"]["spec"]["forProvider"]["manifest"]["spec"]
-    assert spec["driver"]["image"] == "registry.example.com/amd/amdgpu"
+    assert spec["driver"]["image"] == repository
     assert spec["devicePlugin"]["devicePluginImage"].startswith("mirror.example.com/hub/")
 
 
