@@ -104,6 +104,8 @@ class DriverSource:
     images: tuple[ImageRef, ...] = ()
     image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
     image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
+    # Where a pool's driver image repository goes; set: every pool must name one.
+    image_path: str = ""
 
 
 @dataclass(frozen=True, eq=False)  # identity-hashed: cached renderers are keyed by it
@@ -179,6 +181,7 @@ def stack_from_data(raw: dict[str, Any]) -> Stack:
             images=tuple(_image(i) for i in driver.get("images", ())),
             image_pull_secret_names=tuple(driver.get("imagePullSecretNames", ())),
             image_pull_secret_ref=tuple(driver.get("imagePullSecretRef", ())),
+            image_path=driver.get("imagePath", ""),
         ),
         components=tuple(_component(c) for c in raw["components"]),
     )

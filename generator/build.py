@@ -244,6 +244,7 @@ def build_stack(
             images=[i.model_dump(exclude_none=True, exclude_defaults=True) for i in res.images],
             imagePullSecretNames=res.imagePullSecretNames,
             imagePullSecretRef=res.imagePullSecretRef,
+            **({"imagePath": res.imagePath} if res.imagePath else {}),
         )
     return {
         "id": stack_file.id,

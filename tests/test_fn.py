@@ -72,13 +72,13 @@ def test_releases_keep_the_helm_release_names_clusters_run(cloud: str, accelerat
 
 
 def test_prometheus_keeps_the_address_the_platform_uses() -> None:
-    values = desired(render(make_xr("EKS")))["prometheus"]["spec"]["forProvider"]["values"]
+    values = desired(render(make_xr("GKE")))["prometheus"]["spec"]["forProvider"]["values"]
     assert values["fullnameOverride"] == "prometheus"
     spec = values["prometheus"]["prometheusSpec"]
     assert spec["podMonitorSelectorNilUsesHelmValues"] is False
     assert spec["additionalScrapeConfigs"][0]["job_name"] == "envoy-gateway-proxy"
-    # AICR's EKS overlay value survives underneath the platform layer ...
-    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "gp2"
+    # AICR's GKE overlay value survives underneath the platform layer ...
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "standard-rwo"
     # ... including the explicit null that deletes the chart's emptyDir default.
     assert "emptyDir" in spec["storageSpec"]
     assert spec["storageSpec"]["emptyDir"] is None

@@ -40,7 +40,7 @@ def test_load_stack_and_its_errors() -> None:
 
 def test_override_documents_validated_as_the_function_does() -> None:
     docs = override_documents(load_docs(EXAMPLE / "environmentconfigs"))
-    assert sorted(d.name for d in docs) == ["byo-cluster", "gpu-pools", "prod-hold", "regulated-bank"]
+    assert sorted(d.name for d in docs) == ["byo-cluster", "gpu-pools", "gpu-pools-amd", "prod-hold", "regulated-bank"]
     assert (
         override_documents(
             [

@@ -35,7 +35,8 @@ def over_grpc(target: str, xr: dict[str, Any], required: list[dict[str, Any]], *
 
 def lab_xr(accelerator: str = "NVIDIA") -> dict[str, Any]:
     xr = make_xr("Existing", accelerator)
-    xr["metadata"]["name"] = "lab-gpu-1"
+    # The example's per-pool drivers match the NVIDIA and the AMD lab by name.
+    xr["metadata"]["name"] = "lab-gpu-1" if accelerator == "NVIDIA" else "lab-mi300-1"
     xr["metadata"]["labels"] = {"modelplane.ai/environment": "dev"}
     return xr
 
@@ -75,7 +76,10 @@ def test_bank_scenario_passes_strict_and_validates_against_the_crds(cloud: str, 
     result = overridden(make_xr(cloud, accelerator), BANK)
     assert not any(r.severity == 1 for r in result.results)
     got = desired(result)
-    assert got["envoy-gateway"]["spec"]["forProvider"]["values"]["podDisruptionBudget"] == {"minAvailable": 1}
+    assert got["envoy-gateway"]["spec"]["forProvider"]["values"]["podDisruptionBudget"] == {
+        "minAvailable": 1,
+        "maxUnavailable": None,
+    }
     assert crd_problems(result) == {}
 
 
@@ -83,13 +87,16 @@ def test_bank_scenario_passes_strict_and_validates_against_the_crds(cloud: str, 
 def test_examples_on_a_byo_lab_cluster_validate_against_the_crds(accelerator: str) -> None:
     result = overridden(lab_xr(accelerator), *EXAMPLES)
     applied = stack_status(result)["environmentConfigs"]
-    assert applied == ["regulated-bank", "byo-cluster", "gpu-pools"]
+    pools = "gpu-pools" if accelerator == "NVIDIA" else "gpu-pools-amd"
+    assert applied == ["regulated-bank", "byo-cluster", pools]
     got = desired(result)
     assert "cert-manager" not in got and "prometheus" not in got  # BYO: never installed by us
-    driver = got["driver-b300"]["spec"]["forProvider"]["manifest"]
+    driver = got["driver-b300" if accelerator == "NVIDIA" else "driver-mi355x"]["spec"]["forProvider"]["manifest"]
     assert driver["kind"] == ("NVIDIADriver" if accelerator == "NVIDIA" else "DeviceConfig")
     if accelerator == "NVIDIA":
         assert driver["spec"]["repository"] == "artifactory.bank.example/nvcr/nvidia"
+    else:  # an AMD driver version, never an NVIDIA one
+        assert driver["spec"]["driver"]["version"] == "7.0"
     assert k8s_schema.covered(driver)
     assert crd_problems(result) == {}
 

@@ -40,7 +40,7 @@ def test_the_shipped_examples_validate_against_every_stack_and_the_example_xr() 
     out = validate("-e", str(CONFIGS))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout == ""
-    assert out.stderr == "function validate: 4 documents against every generated stack: 0 fatal, 0 warnings\n"
+    assert out.stderr == "function validate: 5 documents against every generated stack: 0 fatal, 0 warnings\n"
     out = validate("-e", str(CONFIGS), "--xr", "example/xr.yaml")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "against 1 ServingStacks: 0 fatal" in out.stderr

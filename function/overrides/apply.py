@@ -137,13 +137,17 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
             )
     if not pdb.enabled and not any(b.enabled for b in budgets):
         raise InputError(f"{where}.podDisruptionBudget.enabled: {comp.key}'s budgets have no on/off switch")
+    budget_given = pdb.minAvailable is not None or pdb.maxUnavailable is not None
     for b in budgets:
         if b.enabled:
             set_path(patch, b.enabled, pdb.enabled)
-        if pdb.enabled and pdb.minAvailable is not None and b.min_available:
-            set_path(patch, b.min_available, pdb.minAvailable)
-        if pdb.enabled and pdb.maxUnavailable is not None and b.max_unavailable:
-            set_path(patch, b.max_unavailable, pdb.maxUnavailable)
+        if pdb.enabled and budget_given:
+            # The given field, and null for the other: charts copy their whole
+            # budget map into the PDB, and a chart default (minAvailable: 1)
+            # beside the user's maxUnavailable makes the API server reject it.
+            for path, value in ((b.min_available, pdb.minAvailable), (b.max_unavailable, pdb.maxUnavailable)):
+                if path:
+                    set_path(patch, path, value)
 
 
 def _values_patch(comp: Component, over: ComponentOverride, origin: str, where: str) -> dict[str, Any]:
@@ -400,6 +404,11 @@ class _Planner:
                 f"({d.doc.match.describe()}) selects none"
             )
         for drv in d.doc.drivers:
+            if drv.image is not None and not self.stack.driver.image_path:
+                raise InputError(
+                    f"{d.where}.drivers[{drv.name}].image: stack {self.stack.id} takes no driver image "
+                    "repository; its operator pulls released driver images by version"
+                )
             self.drivers[drv.name] = (drv, d.name)
 
     def _absent(self, d: Document, key: str, at: str) -> None:

@@ -215,6 +215,10 @@ class DriverOverride(_Strict):
     name: Annotated[str, Field(pattern=DNS_LABEL)]
     nodeSelector: dict[str, str] = Field(min_length=1)  # noqa: N815
     version: NonEmpty
+    # The repository (no tag) the operator builds the driver image into and
+    # pulls it from, on stacks whose operator builds drivers (AMD); unset, the
+    # stack's default repository applies.
+    image: NonEmpty | None = None
 
 
 class OverrideDocument(_Strict):

@@ -25,11 +25,18 @@ def driver_component(
     set_path(manifest, "metadata.name", drv.name)
     set_path(manifest, source.version_path, drv.version)
     set_path(manifest, source.node_selector_path, dict(drv.nodeSelector))
+    paths = ["metadata.name", source.version_path, source.node_selector_path]
     found: list[images.Found] = []
-    provenance = {
-        f"manifest.{path}": origin for path in ("metadata.name", source.version_path, source.node_selector_path)
-    }
+    if drv.image is not None:
+        # The pool's own repository, where the operator pushes what it builds
+        # and pulls it from: the team named it, so registry rules (and strict,
+        # which looks for upstream references) leave it as given.
+        set_path(manifest, source.image_path, drv.image)
+        paths.append(source.image_path)
+    provenance = {f"manifest.{path}": origin for path in paths}
     for img in source.images:
+        if drv.image is not None and source.image_path in (img.ref, img.repository):
+            continue
         changes, seen = images.rewrite_values(manifest, img, mirrors.images, key, f"manifest image {img.name}")
         found.append(seen)
         provenance.update((f"manifest.{c.path}", c.origin) for c in changes)

@@ -1,0 +1,98 @@
+"""stacks/charts.yaml against the chart inventories (facts/charts/), read from the pinned chart sources.
+
+Every value path the override layer writes (images, replicas, resources, pull
+secrets, PodDisruptionBudgets) must be one the chart reads; a path it does not
+read would be written into nothing. Image completeness and defaults:
+tests/test_chart_images.py.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import pytest
+import yaml
+
+from generator.build import REPO
+from generator.stackfile import Charts, ImageSpec, PdbSpec, read
+
+FACTS = REPO / "facts" / "charts"
+CHARTS = read(REPO / "stacks" / "charts.yaml", Charts).charts
+_MISSING = object()
+
+
+@cache
+def inventory(chart: str) -> dict[str, Any]:
+    facts = CHARTS[chart]
+    data: dict[str, Any] = yaml.safe_load((FACTS / f"{chart}-{facts.version}.yaml").read_text())
+    return data
+
+
+def value(chart: str, path: str) -> Any:
+    node: Any = inventory(chart)["values"]
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def read_by_chart(chart: str, path: str) -> bool:
+    """A value the chart's templates read: by its own path, or inside a map a template takes whole.
+
+    Templates hand maps to helpers, `with` blocks and `toYaml`; the inventory
+    then records the map, and the key must sit in it (its parent map exists).
+    """
+    referenced = set(inventory(chart)["templateValues"])
+    if path in referenced:
+        return True
+    parts = path.split(".")
+    ancestors = {".".join(parts[:i]) for i in range(1, len(parts))}
+    return bool(ancestors & referenced) and isinstance(value(chart, ".".join(parts[:-1])), dict)
+
+
+def image_paths(img: ImageSpec) -> dict[str, str]:
+    return {k: p for k in ("ref", "registry", "repository", "tag") if (p := getattr(img, k))}
+
+
+@pytest.mark.parametrize("chart", sorted(CHARTS))
+def test_facts_are_read_at_the_pinned_version(chart: str) -> None:
+    data = inventory(chart)
+    assert (data["chart"], data["version"]) == (chart, CHARTS[chart].version)
+
+
+@pytest.mark.parametrize("chart", sorted(CHARTS))
+def test_image_paths_are_read_by_the_chart(chart: str) -> None:
+    # Completeness and defaults: tests/test_chart_images.py.
+    for img in CHARTS[chart].images:
+        for path in image_paths(img).values():
+            assert read_by_chart(chart, path), f"{chart} image {img.name}: {path} is not read by the chart"
+
+
+@pytest.mark.parametrize("chart", sorted(CHARTS))
+def test_shortcut_paths_are_read_by_the_chart(chart: str) -> None:
+    facts = CHARTS[chart]
+    paths = [
+        *facts.replicas,
+        *facts.resources,
+        *facts.imagePullSecrets,
+        *facts.imagePullSecretNames,
+        *facts.imagePullSecretName,
+    ]
+    assert [p for p in paths if not read_by_chart(chart, p)] == []
+
+
+def _budgets(chart: str) -> list[PdbSpec]:
+    facts = CHARTS[chart]
+    return [b for b in [facts.podDisruptionBudget, *facts.extraPodDisruptionBudgets] if b is not None]
+
+
+@pytest.mark.parametrize("chart", sorted(c for c in CHARTS if _budgets(c)))
+def test_budgets_name_both_fields_the_chart_reads(chart: str) -> None:
+    # The shortcut writes one of minAvailable/maxUnavailable and nulls the
+    # other: a chart default beside a user's value is rejected by the API server.
+    for budget in _budgets(chart):
+        assert budget.minAvailable and budget.maxUnavailable, f"{chart}: {budget}"
+        for path in (budget.enabled, budget.minAvailable, budget.maxUnavailable):
+            assert path is None or read_by_chart(chart, path), f"{chart}: {path}"

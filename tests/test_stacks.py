@@ -1,0 +1,266 @@
+"""What the generated stacks install, checked on the Releases the function renders.
+
+Each test renders a real stack through the same loop `crossplane render` runs
+and reads the Helm values a Release hands to Helm, with `null` meaning what
+Helm makes of it: the key is gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from function.compose import EXTERNAL_NAME
+from function.generated import STACKS
+from function.paths import get_path
+from function.values import drop_nulls
+from generator.stackfile import NameFacts
+from tests.conftest import desired, make_xr, render
+from tests.test_chart_facts import CHARTS, FACTS, inventory
+from tests.test_overrides import ec, fatal, mirror_all
+
+NVIDIA_CLOUDS = sorted(c for c, a in STACKS if a == "NVIDIA")
+
+
+def _releases(cloud: str, accelerator: str = "NVIDIA") -> dict[str, dict[str, Any]]:
+    out = desired(render(make_xr(cloud, accelerator)))
+    return {k: r["spec"]["forProvider"] for k, r in out.items() if r["kind"] == "Release"}
+
+
+def _values(cloud: str, key: str, accelerator: str = "NVIDIA") -> dict[str, Any]:
+    values: dict[str, Any] = drop_nulls(_releases(cloud, accelerator)[key]["values"])
+    return values
+
+
+# StorageClasses each cloud's clusters have without add-ons the stack or the
+# cluster composition would have to install: GKE ships the Compute Engine PD
+# CSI driver and `standard-rwo`; AKS the Azure Disk CSI driver and
+# `managed-csi`. EKS ships none: its `gp2` class provisions through the EBS CSI
+# driver, an add-on no composition installs.
+BUILT_IN_STORAGE_CLASSES = {"GKE": {"standard-rwo"}, "AKS": {"managed-csi"}}
+
+
+@pytest.mark.parametrize("cloud", NVIDIA_CLOUDS)
+def test_prometheus_claims_only_storage_the_cloud_provides(cloud: str) -> None:
+    spec = _values(cloud, "prometheus")["prometheus"]["prometheusSpec"]
+    claim = spec.get("storageSpec", {}).get("volumeClaimTemplate")
+    if claim is not None:
+        assert claim["spec"]["storageClassName"] in BUILT_IN_STORAGE_CLASSES.get(cloud, set())
+
+
+def test_eks_prometheus_keeps_the_emptydir_v031_clusters_run() -> None:
+    # No storageSpec: the chart renders no `storage` and the operator gives
+    # Prometheus an emptyDir (kube-prometheus-stack templates/prometheus/prometheus.yaml).
+    spec = _values("EKS", "prometheus")["prometheus"]["prometheusSpec"]
+    assert "storageSpec" not in spec
+
+
+@pytest.mark.parametrize("cloud", NVIDIA_CLOUDS)
+def test_gpus_have_one_allocator_the_dra_driver(cloud: str) -> None:
+    dra = _values(cloud, "dra-driver")
+    assert dra["gpuResourcesEnabledOverride"] is True
+    assert dra["resources"]["gpus"]["enabled"] is True
+    assert _values(cloud, "gpu-operator")["devicePlugin"]["enabled"] is False
+
+
+def test_crd_upgrade_job_runs_with_the_prometheus_release() -> None:
+    for cloud in NVIDIA_CLOUDS:
+        job = _values(cloud, "prometheus")["crds"]["upgradeJob"]
+        assert job == {"enabled": True, "forceConflicts": True}
+
+
+def test_crd_upgrade_job_pulls_from_the_mirror() -> None:
+    # The hook Job's images (charts/crds/templates/upgrade/job.yaml compose
+    # <registry>/<repository>:<tag>) follow the mirror, and strict finds nothing upstream.
+    result = render(make_xr("EKS"), required=[ec("mirror", mirror_all(strict=True))])
+    values = desired(result)["prometheus"]["spec"]["forProvider"]["values"]
+    image = values["crds"]["upgradeJob"]["image"]
+    assert (image["busybox"]["registry"], image["busybox"]["repository"]) == (
+        "mirror.example.com/hub/library",
+        "busybox",
+    )  # docker.io/library/busybox
+    assert (image["kubectl"]["registry"], image["kubectl"]["repository"]) == ("mirror.example.com/hub", "kubectl")
+
+
+AMD_POOL = {"name": "mi300", "nodeSelector": {"modelplane.ai/pool": "mi300"}, "version": "6.4"}
+
+
+@pytest.mark.parametrize("cloud", sorted(c for c, a in STACKS if a == "AMD"))
+def test_amd_default_device_config_never_builds_a_driver(cloud: str) -> None:
+    # Enabled, the operator would build amdgpu into the chart's placeholder
+    # repository docker.io/myUserName/driverImage (gpu-operator-charts v1.4.0 values.yaml).
+    spec = _values(cloud, "amd-gpu-operator", "AMD")["deviceConfig"]["spec"]
+    assert spec["driver"]["enable"] is False
+
+
+def test_amd_pools_replace_the_default_device_config() -> None:
+    pool = {**AMD_POOL, "image": "registry.example.com/amd/amdgpu"}
+    out = desired(render(make_xr("Existing", "AMD"), required=[ec("pools", {"drivers": [pool]})]))
+    # The chart's default DeviceConfig selects every AMD node: with pools it is not rendered.
+    assert out["amd-gpu-operator"]["spec"]["forProvider"]["values"]["crds"]["defaultCR"] == {
+        "install": False,
+        "upgrade": False,
+    }
+    driver = out["driver-mi300"]["spec"]["forProvider"]["manifest"]["spec"]["driver"]
+    assert (driver["enable"], driver["version"], driver["image"]) == (True, "6.4", "registry.example.com/amd/amdgpu")
+
+
+@pytest.mark.parametrize(
+    ("repository", "strict"),
+    # Strict allows only the mirror's registries: a pool repository must be one of them.
+    [("registry.example.com/amd/amdgpu", False), ("mirror.example.com/hub/amd/amdgpu", True)],
+)
+def test_an_amd_pools_repository_is_kept_behind_a_mirror(repository: str, strict: bool) -> None:
+    # The operator pushes its builds there: a registry rule must not move it.
+    doc = {**mirror_all(strict=strict), "drivers": [{**AMD_POOL, "image": repository}]}
+    out = desired(render(make_xr("Existing", "AMD"), required=[ec("pools", doc)]))
+    spec = out["driver-mi300"]["spec"]["forProvider"]["manifest"]["spec"]
+    assert spec["driver"]["image"] == repository
+    assert spec["devicePlugin"]["devicePluginImage"].startswith("mirror.example.com/hub/")
+
+
+def test_an_amd_pool_without_a_repository_builds_into_the_operators_default() -> None:
+    out = desired(render(make_xr("Existing", "AMD"), required=[ec("pools", {"drivers": [AMD_POOL]})]))
+    driver = out["driver-mi300"]["spec"]["forProvider"]["manifest"]["spec"]["driver"]
+    # The operator's vanilla-Kubernetes default (DeviceConfig CRD v1.4.0 spec.driver.image).
+    assert (driver["enable"], driver["image"]) == (True, "image-registry:5000/kube-amd-gpu/amdgpu_kmod")
+
+
+def test_an_nvidia_pool_takes_no_driver_repository() -> None:
+    pool = {"name": "h100", "nodeSelector": {"a": "b"}, "version": "570.195.03", "image": "r.example.com/x"}
+    message = fatal(make_xr("Existing"), ec("pools", {"drivers": [pool]}))
+    assert "drivers[h100].image: stack existing-nvidia takes no driver image repository" in message
+
+
+def helm_coalesce(defaults: Any, user: Any) -> Any:
+    """User values over chart defaults as Helm coalesces them: maps merge, null deletes the key."""
+    if not (isinstance(defaults, dict) and isinstance(user, dict)):
+        return user
+    out = dict(defaults)
+    for key, value in user.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = helm_coalesce(defaults.get(key), value)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("key", "budgets"),
+    [
+        (
+            "prometheus",
+            [
+                "prometheusOperator.podDisruptionBudget",
+                "prometheus.podDisruptionBudget",
+                "prometheusOperator.admissionWebhooks.deployment.podDisruptionBudget",
+                "kube-state-metrics.podDisruptionBudget",
+            ],
+        ),
+        ("node-feature-discovery", ["master.podDisruptionBudget", "gc.podDisruptionBudget"]),
+        ("cert-manager", ["podDisruptionBudget", "webhook.podDisruptionBudget", "cainjector.podDisruptionBudget"]),
+    ],
+)
+def test_a_max_unavailable_budget_leaves_no_chart_min_available_beside_it(key: str, budgets: list[str]) -> None:
+    # The charts copy the budget map into the PDB (kube-prometheus-stack, NFD)
+    # or write every key it has (cert-manager): with the chart's minAvailable: 1
+    # still there the API server rejects a PDB that sets both.
+    doc = {"components": {key: {"podDisruptionBudget": {"maxUnavailable": 1}}}}
+    release = desired(render(make_xr("GKE"), required=[ec("pdb", doc)]))[key]["spec"]["forProvider"]
+    chart = inventory(release["chart"]["name"])
+    values = helm_coalesce(chart["values"], release["values"])
+    for path in budgets:
+        budget = get_path(values, path)
+        assert budget["maxUnavailable"] == 1 and "minAvailable" not in budget, path
+
+
+def _cut(name: str, trunc: int) -> str:
+    # Helm's `trunc N | trimSuffix "-"`: trimSuffix drops one dash.
+    return name[:trunc].removesuffix("-")
+
+
+def object_names(release: str, values: dict[str, Any], facts: NameFacts) -> tuple[str, str]:
+    """(name, fullname) as the chart's _helpers.tpl derive them; see NameFacts."""
+    name = values.get("nameOverride") or facts.chart
+    if values.get("fullnameOverride"):
+        return _cut(name, 63), _cut(values["fullnameOverride"], facts.trunc)
+    return _cut(name, 63), _cut(release if name in release else f"{release}-{name}", facts.trunc)
+
+
+def _named(release: str, values: dict[str, Any], facts: NameFacts) -> dict[str, tuple[str, str]]:
+    """Names of a chart and of each subchart (Helm gives subcharts the parent's release name)."""
+    out = {"": object_names(release, values, facts)}
+    for key, sub in facts.subcharts.items():
+        out[key] = object_names(release, values.get(key) or {}, sub)
+    return out
+
+
+# What v0.3.1 installed (../shared/UPSTREAM.md): release name, the values
+# that shape names, and how the charts it ran name objects: the same helpers
+# as today's, at the chart names they had then (dra-driver-nvidia-gpu 0.4.0:
+# kubernetes-sigs/dra-driver-nvidia-gpu tag v0.4.0, deployments/helm/
+# dra-driver-nvidia-gpu/templates/_helpers.tpl; kube-prometheus-stack 72.6.2
+# cut its fullname at 26 too).
+V031 = {
+    "cert-manager": ("mp-cert-manager", {}, NameFacts(chart="cert-manager")),
+    "prometheus": (
+        "mp-kube-prometheus-stack",
+        {"fullnameOverride": "prometheus"},
+        NameFacts(
+            chart="kube-prometheus-stack",
+            trunc=26,
+            subcharts={
+                "kube-state-metrics": NameFacts(chart="kube-state-metrics"),
+                "prometheus-node-exporter": NameFacts(chart="prometheus-node-exporter"),
+            },
+        ),
+    ),
+    "dra-driver": ("mp-dra-driver-nvidia-gpu", {}, NameFacts(chart="dra-driver-nvidia-gpu")),
+}
+
+
+@pytest.mark.parametrize("cloud", NVIDIA_CLOUDS)
+@pytest.mark.parametrize("key", sorted(V031))
+def test_components_v031_runs_keep_their_object_names(cloud: str, key: str) -> None:
+    out = desired(render(make_xr(cloud)))[key]
+    release = out["metadata"]["annotations"][EXTERNAL_NAME]
+    spec = out["spec"]["forProvider"]
+    facts = CHARTS[spec["chart"]["name"]].names
+    assert facts is not None
+    old_release, old_values, old_facts = V031[key]
+    assert release == old_release
+    assert _named(release, drop_nulls(spec["values"]), facts) == _named(old_release, old_values, old_facts)
+
+
+def test_v031_object_names_spelled_out() -> None:
+    # The names the rule gives for v0.3.1, as `kubectl get` shows them there.
+    assert {k: _named(*v) for k, v in V031.items()} == {
+        "cert-manager": {"": ("cert-manager", "mp-cert-manager")},
+        "prometheus": {
+            "": ("kube-prometheus-stack", "prometheus"),
+            "kube-state-metrics": ("kube-state-metrics", "mp-kube-prometheus-stack-kube-state-metrics"),
+            "prometheus-node-exporter": (
+                "prometheus-node-exporter",
+                "mp-kube-prometheus-stack-prometheus-node-exporter",
+            ),
+        },
+        "dra-driver": {"": ("dra-driver-nvidia-gpu", "mp-dra-driver-nvidia-gpu")},
+    }
+
+
+@pytest.mark.parametrize("chart", sorted(c for c, f in CHARTS.items() if f.names))
+def test_name_facts_match_the_chart_inventory(chart: str) -> None:
+    facts = CHARTS[chart].names
+    assert facts is not None
+    data = inventory(chart)
+    assert (facts.chart, facts.trunc) == (data["chart"], data["fullname"]["trunc"])
+    assert data["fullname"]["releaseContainsName"]
+    for key, sub in facts.subcharts.items():
+        assert {f"{key}.nameOverride", f"{key}.fullnameOverride"} <= set(data["templateValues"]), key
+        dep = next(d for d in data["dependencies"] if (d.get("alias") or d["name"]) == key)
+        own = yaml.safe_load((FACTS / f"{dep['sources']}.yaml").read_text())
+        assert (sub.chart, sub.trunc) == (own["chart"], own["fullname"]["trunc"]) and own["fullname"][
+            "releaseContainsName"
+        ]
