@@ -197,28 +197,25 @@ def _named(release: str, values: dict[str, Any], facts: NameFacts) -> dict[str, 
     return out
 
 
-# What v0.3.1 installed (../shared/UPSTREAM.md): release name, the values
-# that shape names, and how the charts it ran name objects: the same helpers
-# as today's, at the chart names they had then (dra-driver-nvidia-gpu 0.4.0:
-# kubernetes-sigs/dra-driver-nvidia-gpu tag v0.4.0, deployments/helm/
-# dra-driver-nvidia-gpu/templates/_helpers.tpl; kube-prometheus-stack 72.6.2
-# cut its fullname at 26 too).
-V031 = {
-    "cert-manager": ("mp-cert-manager", {}, NameFacts(chart="cert-manager")),
-    "prometheus": (
-        "mp-kube-prometheus-stack",
-        {"fullnameOverride": "prometheus"},
-        NameFacts(
-            chart="kube-prometheus-stack",
-            trunc=26,
-            subcharts={
-                "kube-state-metrics": NameFacts(chart="kube-state-metrics"),
-                "prometheus-node-exporter": NameFacts(chart="prometheus-node-exporter"),
-            },
-        ),
-    ),
-    "dra-driver": ("mp-dra-driver-nvidia-gpu", {}, NameFacts(chart="dra-driver-nvidia-gpu")),
-}
+def _v031(key: str) -> tuple[str, dict[str, Any], NameFacts]:
+    """What v0.3.1 installed (facts/v0.3.1.yaml): release mp-<chart>, the values that name objects, and
+    how its charts name them: the same helpers as today's at the chart names they had then
+    (dra-driver-nvidia-gpu 0.4.0: kubernetes-sigs/dra-driver-nvidia-gpu tag v0.4.0,
+    deployments/helm/dra-driver-nvidia-gpu/templates/_helpers.tpl; kube-prometheus-stack 72.6.2 cut
+    its fullname at 26 too)."""
+    comp = V031_FACTS["components"][key]
+    trunc = 26 if comp["chart"] == "kube-prometheus-stack" else 63
+    subcharts = {k: NameFacts(chart=c) for k, c in comp.get("subcharts", {}).items()}
+    return (
+        f"mp-{comp['chart']}",
+        comp.get("values", {}),
+        NameFacts(chart=comp["chart"], trunc=trunc, subcharts=subcharts),
+    )
+
+
+V031_FACTS = yaml.safe_load((FACTS.parents[0] / "v0.3.1.yaml").read_text())
+# Components v0.3.1 ran whose charts today take AICR's fullnameOverrides.
+V031 = {key: _v031(key) for key in ("cert-manager", "prometheus", "dra-driver")}
 
 
 @pytest.mark.parametrize("cloud", NVIDIA_CLOUDS)

@@ -162,9 +162,14 @@ def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stac
         )
     elif chart["version"] != old["version"]:
         changes.append(VERSION)
+        crd_job = get_path(body["spec"]["forProvider"].get("values") or {}, "crds.upgradeJob.enabled") is True
         effects.append(
-            f"Helm upgrades {release} in place from {old['version']} to {chart['version']}; "
-            "workloads roll (Helm never upgrades CRDs a chart keeps in its crds/ directory)"
+            f"Helm upgrades {release} in place from {old['version']} to {chart['version']}; workloads roll "
+            + (
+                "(the chart's CRD upgrade Job applies its CRDs first, a pre-upgrade hook)"
+                if crd_job
+                else "(Helm never upgrades CRDs a chart keeps in its crds/ directory)"
+            )
         )
     inv = inventory(chart["name"], chart["version"])
     new_names = object_names(release, chart["name"], body["spec"]["forProvider"].get("values") or {}, inv)
@@ -305,8 +310,10 @@ ROLLOUT = """\
    for the kubeconfig-only ones (v0.3.1's EKS, AKS, Vultr and Existing clusters): Crossplane then keeps the
    last applied state and nothing on the cluster changes. A `spec.versions` pin other than v0.3.1's default
    is a Fatal too: carry it as an EnvironmentConfig version hold or drop it.
-4. Review the tables below for the clusters' stacks. Where a component renames objects or changes chart, plan
-   the gap, or mark the component `Unmanaged` in an EnvironmentConfig for the clusters that must not move yet.
+4. Review the tables below for the clusters' stacks, and docs/upgrading-notes.md for what a change does on a
+   live cluster where the tables cannot say it (the DRA driver's chart switch needs a maintenance window).
+   Where a component renames objects or changes chart, plan the gap, or mark the component `Unmanaged` in an
+   EnvironmentConfig for the clusters that must not move yet.
 5. Install the new Function package and point the ServingStack Composition's step at it. Remove the
    `compose-usages` step: this function composes the same `usage-pc-<key>` Usages (same keys, same
    `modelplane.ai/usage-consumer` label), so clusters keep their Usages; left in place, that step warns about
