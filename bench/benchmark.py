@@ -3,8 +3,11 @@
 Per stack: resources rendered, response bytes, RunFunction latency in process
 and over gRPC (median, p99), with and without the regulated-bank overrides, and
 with them in steady state (the XR carrying the status, and so the document
-memory, the last response wrote);
-then import time and RSS of the server module, and the generator's time.
+memory, the last response wrote); then the full EKS + regulated-bank render
+against the floor (the same response bytes from a trivial servicer on the same
+SDK) and the cold path (a plan computed for a changed document) against a
+cached render, each interleaved in one run; then import time and RSS of the
+server module, and the generator's time.
 """
 
 from __future__ import annotations
@@ -15,16 +18,21 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import yaml
 from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function import stack
 from function.fn import FunctionRunner
+from function.overrides.collect import CONTEXT_KEY
+from function.overrides.document import DOCUMENT_KEY
 from function.render_loop import grpc_runner, run_pipeline
 from tests.serve import serving
 
@@ -60,6 +68,53 @@ async def _with_last_status(req: fnv1.RunFunctionRequest) -> None:
     req.observed.composite.resource.get_or_create_struct("status").CopyFrom(rsp.desired.composite.resource["status"])
 
 
+def new_cluster(req: fnv1.RunFunctionRequest, serial: int) -> fnv1.RunFunctionRequest:
+    """``req`` from a cluster not seen before: a label no document matches on, so the plan stays cached."""
+    out = fnv1.RunFunctionRequest()
+    out.CopyFrom(req)
+    out.observed.composite.resource["metadata"].get_or_create_struct("labels")["bench.example/cluster"] = str(serial)
+    return out
+
+
+def changed_document(req: fnv1.RunFunctionRequest, serial: int, *, mirrors: bool = False) -> fnv1.RunFunctionRequest:
+    """``req`` after its override documents changed, so the plan is computed again.
+
+    The change is the values of the first component a document gives values
+    (else its priority): one component is rebuilt. With ``mirrors``, every
+    image mirror target moves instead, which rebuilds every component, as a
+    restarted server must. A request without documents gets one in the context.
+    """
+    out = fnv1.RunFunctionRequest()
+    out.CopyFrom(req)
+    changed = False
+    for resources in out.required_resources.values():
+        for item in resources.items:
+            data = item.resource.fields.get("data")
+            if data is None or DOCUMENT_KEY not in data.struct_value.fields:
+                continue
+            doc = item.resource["data"][DOCUMENT_KEY]
+            changed = True
+            if mirrors:  # every image target moves: every component is rewritten
+                rules = doc.get_or_create_struct("registry").get_or_create_list("images")
+                if not len(rules):
+                    rules.append({"from": "*", "to": "mirror.bench.example/x"})
+                for rule in rules:
+                    rule["to"] = f"{rule['to']}-{serial}"
+                continue
+            components = doc.fields.get("components")
+            with_values = [
+                c for c in (components.struct_value.fields.values() if components is not None else ())
+                if "values" in c.struct_value.fields
+            ]  # fmt: skip
+            if with_values:
+                with_values[0].struct_value["values"]["bench-revision"] = serial
+            else:
+                doc["priority"] = 1000 + serial
+    if not changed:
+        out.context.get_or_create_struct(CONTEXT_KEY)[DOCUMENT_KEY] = {"priority": 1000 + serial}
+    return out
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return statistics.median(ordered) * 1e3, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3
@@ -87,6 +142,55 @@ async def _time_grpc(address: str, req: fnv1.RunFunctionRequest, n: int) -> tupl
     return _percentiles(samples)
 
 
+async def _against_the_floor(n: int) -> None:
+    """The full EKS + regulated-bank render over gRPC against the floor, interleaved so load hits both alike.
+
+    The floor (bench/floor.py) answers every call with our own response's
+    bytes through the SDK's ``runtime.serve``. Both are called over one kept
+    connection each, as Crossplane keeps one per function.
+    """
+    req = await _final_request(_xr("EKS", "NVIDIA"), _docs(BANK))
+    await _with_last_status(req)  # as Crossplane sends it in steady state
+    cases = {
+        "floor": [req] * n,
+        "ours, steady state": [req] * n,  # what every reconcile sends
+        "ours, new cluster": [new_cluster(req, i) for i in range(n)],  # response computed, plan cached
+        "ours, changed document": [changed_document(req, i) for i in range(n)],  # plan computed (cold)
+        "ours, changed mirrors": [changed_document(req, i, mirrors=True) for i in range(n)],  # nothing cached
+    }
+    with (
+        serving(["function.main", "--insecure"]) as (ours, _),
+        tempfile.NamedTemporaryFile(suffix=".pb") as canned,
+    ):
+        async with grpc.aio.insecure_channel(ours) as channel:
+            ours_stub = grpcv1.FunctionRunnerServiceStub(channel)  # type: ignore[no-untyped-call]
+            canned.write((await ours_stub.RunFunction(req)).SerializeToString())
+            canned.flush()
+            with serving(["bench.floor", "--response", canned.name]) as (floor, _):
+                async with grpc.aio.insecure_channel(floor) as floor_channel:
+                    floor_stub = grpcv1.FunctionRunnerServiceStub(floor_channel)  # type: ignore[no-untyped-call]
+                    stubs = {name: floor_stub if name == "floor" else ours_stub for name in cases}
+                    samples: dict[str, list[float]] = {name: [] for name in cases}
+                    for stub in (floor_stub, ours_stub):
+                        for _ in range(50):  # warm both: connections, caches
+                            await stub.RunFunction(req)
+                    names = list(cases)
+                    for i in range(n):
+                        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate who goes first
+                            start = time.perf_counter()
+                            await stubs[name].RunFunction(cases[name][i])
+                            samples[name].append(time.perf_counter() - start)
+    medians = {name: _percentiles(s) for name, s in samples.items()}
+    print(f"\nEKS/NVIDIA + regulated-bank over gRPC, {n} calls each, interleaved (one run):")
+    for name, (p50, p99) in medians.items():
+        print(f"  {name:<24} p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  p50/floor {p50 / medians['floor'][0]:5.2f}")
+    steady, new, cold = (medians[k][0] for k in ("ours, steady state", "ours, new cluster", "ours, changed document"))
+    print(f"  ours/floor (steady state): {steady / medians['floor'][0]:.2f}")
+    print(
+        f"  cold path (plan miss) / cached render: {cold / steady:.2f} (steady state), {cold / new:.2f} (new cluster)"
+    )
+
+
 def _import_cost() -> tuple[float, float]:
     code = (
         "import time, resource; t = time.perf_counter(); import function.fn, function.main; "
@@ -109,7 +213,7 @@ def _generator_time() -> float:
     return time.perf_counter() - start
 
 
-async def main(n: int, grpc_n: int) -> None:
+async def main(n: int, grpc_n: int, floor_n: int) -> None:
     logging.configure(logging.Level.DISABLED)
     bank = _docs(BANK) if BANK.exists() else []
     print(
@@ -130,6 +234,7 @@ async def main(n: int, grpc_n: int) -> None:
                     f"{cloud + '/' + accelerator:<16}{label:<10}{count:>10}{size:>9}{p50:>9.3f}{p99:>9.3f}"
                     f"{g50:>10.3f}{g99:>10.3f}"
                 )
+    await _against_the_floor(floor_n)
     seconds, rss = _import_cost()
     print(f"import + load all stacks: {seconds:.3f} s, max RSS {rss:.0f} MB (median of 5 processes)")
     print(f"generator, all stacks: {_generator_time():.2f} s")
@@ -139,5 +244,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("-n", type=int, default=2000, help="in-process RunFunction calls per case")
     parser.add_argument("--grpc-n", type=int, default=300, help="gRPC calls per case")
+    parser.add_argument("--floor-n", type=int, default=2000, help="gRPC calls per case against the floor")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.grpc_n))
+    asyncio.run(main(args.n, args.grpc_n, args.floor_n))

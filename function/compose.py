@@ -10,15 +10,18 @@ import hashlib
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from function.cache import MIB, PROTOBUF_FACTOR, BoundedCache
+from function.inputs import ready
 from function.model import SecretEntry, ServingStack
 from function.stack import Component, Stack
+from function.tree import to_struct
 
 HELM_API = "helm.m.crossplane.io/v1beta1"
 KUBERNETES_API = "kubernetes.m.crossplane.io/v1alpha1"
@@ -65,7 +68,7 @@ class Observed:
         return key in self.resources
 
     def ready(self, key: str) -> bool:
-        return key in self.resources and resource.get_condition(self.resources[key], "Ready").status == "True"
+        return key in self.resources and ready(self.resources[key])
 
 
 def provider_config_name(xr: ServingStack) -> str:
@@ -165,8 +168,22 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=4096)
+# One per (API, kind, consumer); consumers include per-pool drivers, named by
+# user input, so this grows with input unless bounded.
+_PC_USAGES: BoundedCache[tuple[str, str, str], struct_pb2.Struct] = BoundedCache(
+    "provider config usages", max_entries=4096, max_bytes=4 * MIB
+)
+
+
 def _provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
+    cached = _PC_USAGES.get((api, by_kind, consumer))
+    if cached is None:
+        cached = _build_provider_config_usage(api, by_kind, consumer)
+        _PC_USAGES.put((api, by_kind, consumer), cached, cached.ByteSize() * PROTOBUF_FACTOR)
+    return cached
+
+
+def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
     # A ProviderConfig must outlive every resource that reaches the cluster
     # through it, or their deletion can never be processed. One Usage per
     # consumer: a Usage's selector resolves to its first match and stops
@@ -202,12 +219,18 @@ def provider_config_usage_key(consumer: str) -> str:
 
 
 def _to_struct(body: dict[str, Any]) -> struct_pb2.Struct:
-    return resource.dict_to_struct(body)
+    return to_struct(body)
 
 
-# Overridden component bodies kept per stack: the override layer caches 128
-# plans of a few changed components each.
-_DERIVED_MAX = 1024
+# Overridden component bodies, keyed by identity: a planned component is a
+# cached plan's own object, held in the entry so its id stays unique while
+# cached. The plan cache holds 128 plans; a mirrored plan changes all ~26.
+_DERIVED: BoundedCache[int, tuple[Component, struct_pb2.Struct]] = BoundedCache(
+    "overridden bodies", max_entries=4096, max_bytes=32 * MIB
+)
+# Usage bodies, one per (stack, used, user): per-pool drivers add pairs from
+# user input (the driver's name), so this grows with input unless bounded.
+_USAGES: BoundedCache[tuple[str, str], struct_pb2.Struct] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
 
 
 class StackRenderer:
@@ -218,8 +241,8 @@ class StackRenderer:
         self.plan = tuple(Planned(c) for c in stack.components)
         self._own = {c.key: c for c in stack.components}
         self._static = {c.key: _to_struct(component_body(c)) for c in stack.components}
-        self._usages: dict[str, struct_pb2.Struct] = {}
-        self._derived: dict[int, tuple[Component, struct_pb2.Struct]] = {}
+        # What a full copy of the stack's bodies weighs, for caches holding one.
+        self.serialized_bytes = sum(s.ByteSize() for s in self._static.values())
 
     def _struct(self, component: Component) -> struct_pb2.Struct:
         cached = self._static.get(component.key)
@@ -227,13 +250,11 @@ class StackRenderer:
             return cached
         # A component the override layer changed: its plans are cached, so the
         # same object comes back on every reconcile; convert it once.
-        hit = self._derived.get(id(component))
+        hit = _DERIVED.get(id(component))
         if hit is not None and hit[0] is component:
             return hit[1]
-        if len(self._derived) >= _DERIVED_MAX:
-            self._derived.clear()
         struct = _to_struct(component_body(component))
-        self._derived[id(component)] = (component, struct)  # holding it keeps its id unique
+        _DERIVED.put(id(component), (component, struct), struct.ByteSize() * PROTOBUF_FACTOR)
         return struct
 
     def _write_body(self, target: struct_pb2.Struct, planned: Planned, xr_params: Mapping[str, Any]) -> None:
@@ -333,10 +354,12 @@ class StackRenderer:
                     _write_ready(out[usage_key(dep, user.key)], self._usage(used, user))
 
     def _usage(self, used: Component, user: Component) -> struct_pb2.Struct:
-        key = usage_key(used.key, user.key)
-        if key not in self._usages:
-            self._usages[key] = _to_struct(_usage(used, user))
-        return self._usages[key]
+        key = (self.stack.id, usage_key(used.key, user.key))
+        cached = _USAGES.get(key)
+        if cached is None:
+            cached = _to_struct(_usage(used, user))
+            _USAGES.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
+        return cached
 
 
 def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
@@ -390,8 +413,24 @@ def _set_struct_path(node: struct_pb2.Struct, path: str, value: Any) -> None:
     node[leaf] = value
 
 
-@lru_cache(maxsize=4096)
+# One pair of ProviderConfigs per cluster of the fleet.
+_PROVIDER_CONFIGS: BoundedCache[tuple[str, str, str, SecretEntry, SecretEntry | None], struct_pb2.Struct] = (
+    BoundedCache("provider configs", max_entries=4096, max_bytes=4 * MIB)
+)
+
+
 def _provider_config(
+    api: str, name: str, xr_namespace: str, kubeconfig: SecretEntry, identity: SecretEntry | None
+) -> struct_pb2.Struct:
+    key = (api, name, xr_namespace, kubeconfig, identity)
+    cached = _PROVIDER_CONFIGS.get(key)
+    if cached is None:
+        cached = _build_provider_config(*key)
+        _PROVIDER_CONFIGS.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
+    return cached
+
+
+def _build_provider_config(
     api: str, name: str, xr_namespace: str, kubeconfig: SecretEntry, identity: SecretEntry | None
 ) -> struct_pb2.Struct:
     spec: dict[str, Any] = {

@@ -1,12 +1,35 @@
-"""Readable messages for bad input: one line naming the object and the field."""
+"""Readable messages for bad input: one line naming the object and the field, bounded in size."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import ValidationError
+
+# A Fatal travels in the response and into the XR's conditions and events:
+# a few KB is readable, and far below any gRPC or etcd limit.
+MAX_MESSAGE_CHARS = 4096
+# Long enough to recognise a value, short enough that several fit in one message.
+EXCERPT_CHARS = 120
+# Problems listed per validation error; the rest are counted.
+MAX_PROBLEMS = 10
 
 
 class InputError(Exception):
     """Input the function refuses; the message is what the user reads."""
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``value`` (a string as is, anything else as its repr) cut to ``limit`` characters, saying how much was cut."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def bounded(message: str) -> str:
+    """A message cut to MAX_MESSAGE_CHARS."""
+    return excerpt(message, MAX_MESSAGE_CHARS)
 
 
 def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
@@ -17,15 +40,18 @@ def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
 
 
 def describe(err: ValidationError, obj: str, prefix: str = "") -> str:
-    """``<obj>: <field>: <problem> (got <value>)`` for each error, joined by ``; ``."""
+    """``<obj>: <field>: <problem> (got <value>)`` for each error, joined by ``; ``; values as excerpts."""
     problems = []
-    for e in err.errors(include_url=False):
-        where = field_path(tuple(e["loc"]), prefix) or "(document)"
-        message = e["msg"].removeprefix("Value error, ")
+    errors = err.errors(include_url=False)
+    for e in errors[:MAX_PROBLEMS]:
+        where = excerpt(field_path(tuple(e["loc"]), prefix) or "(document)")
+        message = excerpt(e["msg"].removeprefix("Value error, "), 2 * EXCERPT_CHARS)
         if e["type"] == "extra_forbidden":
             message = "unknown field"
-        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e['input']!r})"
+        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {excerpt(repr(e['input']))})"
         problems.append(f"{where}: {message}{got}")
+    if len(errors) > MAX_PROBLEMS:
+        problems.append(f"and {len(errors) - MAX_PROBLEMS} more problems")
     return f"{obj}: " + "; ".join(problems)
 
 

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from crossplane.function import resource, response
+from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
+
+from function.inputs import condition
 
 WARNINGS_CONDITION = "Warnings"
 # Bound the condition message (it is stored on the XR); the Events carry
@@ -57,8 +59,9 @@ def report(
     reason = "Warnings" if warnings else "NoWarnings"
     rsp.conditions.add(type=WARNINGS_CONDITION, status=status, reason=reason, message=message)
     observed = req.observed.composite.resource
-    last = resource.get_condition(observed, WARNINGS_CONDITION)
-    unchanged = last.status == ("True" if warnings else "False") and (last.message or "") == message
+    # Read safely: the observed XR's conditions may be anything (function.inputs.condition).
+    last_status, last_message = condition(observed, WARNINGS_CONDITION)
+    unchanged = last_status == ("True" if warnings else "False") and last_message == message
     if not unchanged:
         for warning in warnings:
             response.warning(rsp, warning)

@@ -2,40 +2,65 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import grpc
-from crossplane.function import logging, resource, response
+from crossplane.function import logging, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
 from pydantic import ValidationError
 
 from function import events, legacy, overrides, requestlog, stack
+from function.cache import MIB, BoundedCache
 from function.compose import Observed, renderer
-from function.errors import InputError, describe
-from function.model import KUBECONFIG, ServingStack
+from function.errors import InputError, bounded, describe, excerpt
+from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, plain_value, undecodable
+from function.model import KUBECONFIG, Metadata, ServingStack
 from function.status import write_stack_status
 from function.transforms import Transform, apply_transforms
 
 
 def _xr_name(raw: dict[str, Any]) -> str:
-    meta = raw.get("metadata") or {}
-    name = meta.get("name", "?") if isinstance(meta, dict) else "?"
-    namespace = meta.get("namespace", "") if isinstance(meta, dict) else ""
+    meta = raw.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    # Whatever types they have: the name is for messages only, and the model
+    # reports a mistyped name or namespace itself.
+    name, namespace = meta.get("name", "?"), meta.get("namespace", "")
+    name = excerpt(name if isinstance(name, str) else repr(name))
+    namespace = excerpt(namespace if isinstance(namespace, str) else repr(namespace))
     return f"ServingStack {namespace + '/' if namespace else ''}{name}"
+
+
+# The metadata the model reads; the rest (managedFields, annotations …) is
+# Kubernetes' and can be large, so it is not converted on every reconcile.
+_METADATA_READ = frozenset(Metadata.model_fields)
 
 
 def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
     # Only what the model reads: the observed status (our own last output)
     # is large and would cost a conversion on every reconcile.
-    return {
-        k: resource.struct_to_dict(xr[k]) if isinstance(xr[k], struct_pb2.Struct) else xr[k]
-        for k in ("apiVersion", "kind", "metadata", "spec")
-        if k in xr
+    fields = xr.fields
+    meta = fields.get("metadata")
+    meta_fields = meta.struct_value.fields if meta is not None and meta.HasField("struct_value") else None
+    named = {
+        k: v.string_value
+        for k, v in (meta_fields.items() if meta_fields is not None else ())
+        if k in ("name", "namespace") and v.HasField("string_value")
     }
+    name = _xr_name({"metadata": named})  # for messages about the metadata itself
+    raw = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind", "spec") if k in fields}
+    if meta_fields is not None:
+        raw["metadata"] = {
+            k: plain_value(v, name, f"metadata.{k}", 2) for k, v in meta_fields.items() if k in _METADATA_READ
+        }
+    elif meta is not None:
+        raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
+    return raw
 
 
 def parse_xr(raw: dict[str, Any]) -> ServingStack:
@@ -65,8 +90,9 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
 
     ``extra`` are a fork's transforms (:mod:`function.transforms`).
     """
-    rsp = response.to(req)
     try:
+        check_request(req)
+        rsp = _response_to(req)
         raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
         chosen = select_stack(xr)
@@ -92,16 +118,30 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
     if address:
         status["gateway"] = {"address": address}
     write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    normals = [*found.notes, *notes, overrides.summary(chosen, found, plan)]
-    events.report(req, rsp, [*legacy_notes, *found.warnings, *warnings], normals, status["stack"])
+    normals = [bounded(n) for n in (*found.notes, *notes, overrides.summary(chosen, found, plan))]
+    warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *warnings)]
+    events.report(req, rsp, warned, normals, status["stack"])
     return rsp
 
 
+def _response_to(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """``response.to``: the desired state and context carried over, unless they nest too deep to copy.
+
+    The protobuf runtime copies a message by serializing and parsing it, and
+    parsing stops at its recursion limit (see function.inputs).
+    """
+    try:
+        return response.to(req)
+    except DecodeError as err:
+        raise InputError(undecodable(req.SerializeToString(), err)) from None
+
+
 def _fatal(req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
-    # A fresh response: nothing half-rendered reaches Crossplane, which keeps
-    # the last applied state on Fatal.
-    rsp = response.to(req)
-    response.fatal(rsp, message)
+    # A fresh response carrying only the request's tag: nothing half-rendered
+    # reaches Crossplane, which stops the pipeline and keeps the last applied
+    # state on Fatal.
+    rsp = response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag)))
+    response.fatal(rsp, bounded(message))
     return rsp
 
 
@@ -112,9 +152,46 @@ def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
     observed = req.observed.resources["gateway"].resource
     try:
         addresses = observed["status"]["atProvider"]["manifest"]["status"]["addresses"]
-        return str(addresses[0]["value"]) if len(addresses) else ""
+        value = addresses[0]["value"] if len(addresses) else ""
     except (KeyError, ValueError, TypeError, IndexError):
         return ""
+    # A provider reporting something other than a string is not believed.
+    return value if isinstance(value, str) else ""
+
+
+_META_FIELD = b"\x0a"  # RunFunctionRequest/Response field 1 (meta), length-delimited
+
+
+def _without_meta(data: bytes) -> bytes:
+    """A deterministic serialization without its meta field, which it writes first (fields go in number order)."""
+    if not data.startswith(_META_FIELD):
+        return data
+    length, shift, pos = 0, 0, 1
+    while True:
+        byte = data[pos]
+        length |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return data[pos + length :]
+        shift += 7
+
+
+def _serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
+    data: bytes = rsp.SerializeToString(deterministic=True)
+    return data
+
+
+def _meta(req: fnv1.RunFunctionRequest) -> bytes:
+    return _serialize(response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag))))
+
+
+def _too_large(rsp: fnv1.RunFunctionResponse, size: int) -> str:
+    largest = sorted(((r.ByteSize(), key) for key, r in rsp.desired.resources.items()), reverse=True)[:3]
+    parts = ", ".join(f"{excerpt(key)} ({n} bytes)" for n, key in largest)
+    return (
+        f"the rendered response: {size} bytes, above the {MAX_RESPONSE_BYTES} bytes Crossplane accepts from a "
+        f"function; the largest composed resources: {parts}; make the override documents that change them smaller"
+    )
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -127,15 +204,53 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     def __init__(self, transforms: Sequence[Transform] = ()) -> None:
         self.log = logging.get_logger()
         self.transforms = tuple(transforms)
+        # Whole responses by request content: Crossplane calls again with the
+        # same request on every reconcile (and caches responses itself by the
+        # same rule, keyed by a hash of the deterministically serialized
+        # request: internal/xfn/utils.go Tag, internal/xfn/cached). Kept
+        # serialized, without their meta (the tag differs per call), with what
+        # the request log says of them: ~60 KB for a full stack, so the byte
+        # bound holds about a thousand clusters. Per runner: its transforms
+        # are part of what a response depends on.
+        self._responses: BoundedCache[bytes, tuple[bytes, requestlog.Summary]] = BoundedCache(
+            "responses", max_entries=4096, max_bytes=64 * MIB
+        )
 
-    async def RunFunction(
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
-    ) -> fnv1.RunFunctionResponse:
-        start = time.perf_counter()
+    def _compute(self, req: fnv1.RunFunctionRequest) -> tuple[bytes, requestlog.Summary]:
         try:
             rsp = run(req, self.transforms)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-        requestlog.record(self.log, req, rsp, time.perf_counter() - start)
+        data = _serialize(rsp)
+        if len(data) > MAX_RESPONSE_BYTES:
+            rsp = _fatal(req, _too_large(rsp, len(data)))
+            data = _serialize(rsp)
+        return _without_meta(data), requestlog.summarize(rsp)
+
+    def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
+        """The serialized response, as the gRPC server sends it: computed once per distinct request content."""
+        start = time.perf_counter()
+        if isinstance(req, Refused):  # the server's decoder refused it; see function.inputs
+            rsp = _fatal(req.req, req.reason)
+            requestlog.record(self.log, req.req, requestlog.summarize(rsp), time.perf_counter() - start)
+            return _serialize(rsp)
+        key = hashlib.blake2b(_without_meta(req.SerializeToString(deterministic=True)), digest_size=32).digest()
+        hit = self._responses.get(key)
+        if hit is None:
+            hit = self._compute(req)
+            if not hit[1].internal_error:  # a bug is not worth keeping
+                self._responses.put(key, hit, len(hit[0]))
+        requestlog.record(self.log, req, hit[1], time.perf_counter() - start)
+        return _meta(req) + hit[0]
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest | Refused, _: grpc.aio.ServicerContext | None = None
+    ) -> fnv1.RunFunctionResponse:
+        """In process: the very bytes the server would send, parsed."""
+        rsp: fnv1.RunFunctionResponse = fnv1.RunFunctionResponse.FromString(self.respond(req))
         return rsp
+
+    async def serve_bytes(self, req: fnv1.RunFunctionRequest | Refused, _: grpc.aio.ServicerContext) -> bytes:
+        """The server's handler: the response goes out as serialized here, not serialized again."""
+        return self.respond(req)

@@ -13,8 +13,10 @@ from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
 from function import server, stack
+from function.cache import MIB
 from function.compose import renderer
 from function.fn import FunctionRunner
+from function.inputs import GRPC_MAX_RECEIVE_BYTES
 from function.model import Accelerator, Cloud
 from function.validate import validate
 
@@ -102,6 +104,14 @@ def cli(
         server.serve(_runner(ctx), listen)
     except Exception as err:  # a server that cannot start says why in one line
         _fail(f"cannot serve on {address}: {err}")
+
+
+# The receive limit's default is the function's own (function/inputs.py: large
+# enough that a request above the function's documented limits gets a Fatal
+# saying so rather than a gRPC error); the send limit follows it, as in the SDK.
+for _param in cli.params:
+    if _param.name == "max_recv_message_size":
+        _param.default = GRPC_MAX_RECEIVE_BYTES // MIB
 
 
 def _runner(ctx: click.Context) -> FunctionRunner:

@@ -12,6 +12,7 @@ runner's internals.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -45,21 +46,45 @@ def outcome(rsp: fnv1.RunFunctionResponse) -> str:
     return "Warning" if fnv1.SEVERITY_WARNING in severities else "Normal"
 
 
-def record(log: Any, req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, seconds: float) -> None:
-    """Log one request: its Fatals at info, the summary line at debug."""
-    name = xr_name(req)
-    for r in rsp.results:
-        if r.severity == fnv1.SEVERITY_FATAL:
-            log.info("Fatal result", xr=name, message=r.message)
+@dataclass(frozen=True)
+class Summary:
+    """What the log says of a response: kept with a memoized response, so a repeat is logged alike."""
+
+    fatals: tuple[str, ...]
+    stack_id: str
+    documents: tuple[str, ...]
+    result: str
+    resources: int
+
+    @property
+    def internal_error(self) -> bool:
+        return any(m.startswith("internal error") for m in self.fatals)
+
+
+def summarize(rsp: fnv1.RunFunctionResponse) -> Summary:
     stack = _field(rsp.desired.composite.resource, "status", "stack")
     stack_id = _field(stack, "id") if stack is not None else None
     documents = _field(stack, "environmentConfigs") if stack is not None else None
+    return Summary(
+        fatals=tuple(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL),
+        stack_id=stack_id or "-",
+        documents=tuple(documents) if documents is not None else (),
+        result=outcome(rsp),
+        resources=len(rsp.desired.resources),
+    )
+
+
+def record(log: Any, req: fnv1.RunFunctionRequest, summary: Summary, seconds: float) -> None:
+    """Log one request: its Fatals at info, the summary line at debug."""
+    name = xr_name(req)
+    for message in summary.fatals:
+        log.info("Fatal result", xr=name, message=message)
     log.debug(
         "RunFunction",
         xr=name,
-        stack_id=stack_id or "-",  # not "stack": structlog renders that key as a stack trace
-        documents=list(documents) if documents is not None else [],
-        result=outcome(rsp),
-        resources=len(rsp.desired.resources),
+        stack_id=summary.stack_id,  # not "stack": structlog renders that key as a stack trace
+        documents=list(summary.documents),
+        result=summary.result,
+        resources=summary.resources,
         duration_ms=round(seconds * 1000, 2),
     )

@@ -6,6 +6,14 @@ from its logs and its operators: one ``serving on ADDRESS (TLS|insecure)``
 line once the port is bound (the bound port, when ``:0`` was asked for),
 exactly one listener (the SDK binds a TLS and a plaintext one on the same
 address when given both), and ``SO_REUSEPORT`` only when asked for.
+
+Requests are decoded by :func:`function.inputs.decode_request`, so a request
+the protobuf decoder refuses (nesting past its recursion limit) is answered
+with a Fatal naming the object and field, not a bare gRPC error; responses go
+out as :meth:`function.fn.FunctionRunner.respond` serialized them
+(deterministically, once per distinct request). v1beta1 is served by the same
+handler: its messages are wire-compatible with v1, which is how the SDK's own
+beta adapter converts them.
 """
 
 from __future__ import annotations
@@ -13,18 +21,16 @@ from __future__ import annotations
 import asyncio
 import signal
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from crossplane.function import logging, runtime
-from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from grpc_reflection.v1alpha import reflection
 
+from function.fn import FunctionRunner
+from function.inputs import decode_request
+
 _MB = 1024 * 1024
-# The generated registration helpers are untyped; call them through Any.
-_add_v1: Any = grpcv1.add_FunctionRunnerServiceServicer_to_server
-_add_v1beta1: Any = grpcv1beta1.add_FunctionRunnerServiceServicer_to_server
+SERVICES = ("apiextensions.fn.proto.v1.FunctionRunnerService", "apiextensions.fn.proto.v1beta1.FunctionRunnerService")
 
 
 @dataclass(frozen=True)
@@ -55,15 +61,29 @@ def _bound_address(address: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def serve(runner: grpcv1.FunctionRunnerServiceServicer, listen: Listen) -> None:
+def _already_serialized(data: bytes) -> bytes:
+    return data
+
+
+def add_runner(runner: FunctionRunner, server: grpc.aio.Server) -> None:
+    """RunFunction on both service versions, with our decoder and the runner's serialized responses."""
+    handlers = {
+        "RunFunction": grpc.unary_unary_rpc_method_handler(
+            runner.serve_bytes, request_deserializer=decode_request, response_serializer=_already_serialized
+        )
+    }
+    for service in SERVICES:
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+    reflection.enable_server_reflection(runtime.SERVICE_NAMES, server)
+
+
+def serve(runner: FunctionRunner, listen: Listen) -> None:
     """Serve until SIGTERM (or SIGINT). Raises when the address cannot be bound."""
     log = logging.get_logger()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     server = grpc.aio.server(options=listen.options())
-    _add_v1(runner, server)
-    _add_v1beta1(runtime.BetaFunctionRunner(wrapped=runner), server)
-    reflection.enable_server_reflection(runtime.SERVICE_NAMES, server)
+    add_runner(runner, server)
     if listen.creds is not None:
         port = server.add_secure_port(listen.address, listen.creds)
     else:

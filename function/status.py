@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from crossplane.function import resource
 from google.protobuf import struct_pb2
 
 from function.__version__ import __version__
+from function.cache import MIB, PROTOBUF_FACTOR, BoundedCache
 from function.compose import Planned
 from function.overrides import Found, memory
 from function.overrides.document import Fingerprint
 from function.stack import Stack
+from function.tree import to_struct
 
 
 def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: Collection[str]) -> dict[str, Any]:
@@ -45,8 +45,9 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
 # (stack, applied documents, rendered keys) -> status.stack: the status is a
 # function of these alone, and converting it is the costliest step left on
 # the hot path. Distinct combinations in use at once: a few per fleet.
-_CACHE: OrderedDict[tuple[Stack, Fingerprint, frozenset[str]], struct_pb2.Struct] = OrderedDict()
-_CACHE_MAX = 512
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], struct_pb2.Struct] = BoundedCache(
+    "status.stack", max_entries=512, max_bytes=8 * MIB
+)
 
 
 def write_stack_status(
@@ -56,9 +57,6 @@ def write_stack_status(
     key = (stack, found.fingerprint, frozenset(rendered))
     cached = _CACHE.get(key)
     if cached is None:
-        cached = _CACHE[key] = resource.dict_to_struct(stack_status(stack, plan, found, rendered))
-        if len(_CACHE) > _CACHE_MAX:
-            _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
+        cached = to_struct(stack_status(stack, plan, found, rendered))
+        _CACHE.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
     status.get_or_create_struct("stack").CopyFrom(cached)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from function.tree import copy_tree
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -19,7 +20,7 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         if isinstance(current, dict) and isinstance(value, dict):
             merged[key] = deep_merge(current, value)
         else:
-            merged[key] = copy.deepcopy(value)
+            merged[key] = copy_tree(value)
     return merged
 
 

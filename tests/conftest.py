@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +12,26 @@ import pytest
 import yaml
 from crossplane.function import logging, resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from hypothesis import HealthCheck, settings
 
 from function.fn import FunctionRunner
 from function.render_loop import RenderResult, run_pipeline
 from generator.refresh import DEFAULT_SHARED
 from tests import k8s_schema
+
+# Hypothesis profiles: "ci" (./dev test) runs the same cases every time; "long"
+# (./dev fuzz) runs over 10,000 cases through tests/test_fuzz.py. Neither has
+# a deadline: a loaded machine is not a failure.
+for _profile, _examples in (("ci", 60), ("long", 2200)):
+    settings.register_profile(
+        _profile,
+        max_examples=_examples,
+        deadline=None,
+        derandomize=_profile == "ci",
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    )
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"

@@ -9,18 +9,20 @@ renderer holds ready.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections import OrderedDict
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from function import stack as stack_module
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.compose import MANAGED, REMOVED, UNMANAGED, Planned, component_body, renderer
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import ChartRef, Component, Stack
+from function.tree import copy_tree
 from function.values import deep_merge, drop_nulls
 
 from . import images
@@ -152,7 +154,7 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
 
 def _values_patch(comp: Component, over: ComponentOverride, origin: str, where: str) -> dict[str, Any]:
     """The document's values plus its shortcuts, as one patch (shortcuts win)."""
-    patch: dict[str, Any] = copy.deepcopy(over.values) if over.values else {}
+    patch: dict[str, Any] = copy_tree(over.values) if over.values else {}
     if over.replicas is not None:
         for path in comp.replicas:
             set_path(patch, path, over.replicas)
@@ -244,7 +246,7 @@ def _release(
 ) -> Component:
     values = _layered(comp.values, layers, "values", acc)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
-        values = copy.deepcopy(values)  # deep_merge shares subtrees with the generated values
+        values = copy_tree(values)  # deep_merge shares subtrees with the generated values
     for img in comp.images:
         changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
         found.append(seen)
@@ -302,7 +304,7 @@ def _manifest(
     has_images = bool(comp.images) or any(images.pod_containers(manifest))
     rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and has_images
     if rewriting:
-        manifest = copy.deepcopy(manifest)
+        manifest = copy_tree(manifest)
     rules = mirrors.images if rewriting else Rules()
     secrets = mirrors.image_pull_secrets if rewriting else ()
     changes, seen = images.rewrite_manifest(manifest, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
@@ -344,6 +346,53 @@ def _check_removed(
 def _pools_take_drivers(stack: Stack) -> bool:
     """Whether per-pool driver resources mean anything on a stack: its GPU Operator manages the driver."""
     return stack.driver.source == "gpu-operator" and bool(stack.driver.resource)
+
+
+# Built components by what builds them: a changed document recomputes only
+# the components it changes; the others come back as the same objects, whose
+# protobuf the renderer (and whose strict scan the strict check) already holds.
+_BUILT: BoundedCache[tuple[int, str | None, str, str], tuple[Component, Component, _Acc, tuple[images.Found, ...]]] = (
+    BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
+)
+
+
+def _built(
+    comp: Component,
+    acc: _Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    found: list[images.Found],
+    mirrors_key: str,
+) -> Component:
+    """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors).
+
+    ``mirrors_key`` is ``repr(mirrors)``, made once per plan: hashing the
+    rules themselves on every lookup costs more than the lookup. What they
+    note on ``acc`` and in ``found`` is recorded with the result and replayed
+    on every hit.
+    """
+    # Insertion order kept: equal keys, equal results.
+    layered = json.dumps(layers, separators=(",", ":")) if layers else ""
+    key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
+    hit = _BUILT.get(key)
+    if hit is None or hit[0] is not comp:
+        noted, seen = _Acc(version=acc.version), list[images.Found]()
+        build = _release if comp.is_release else _manifest
+        new = build(comp, noted, layers, mirrors, seen)
+        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), _weight(comp, new, len(layered)))
+    _, new, noted, seen_before = hit
+    acc.changed.update(noted.changed)
+    acc.provenance.update(noted.provenance)
+    found.extend(seen_before)
+    return new
+
+
+def _weight(comp: Component, new: Component, layered: int) -> int:
+    # A built component holds its layers and, when it differs from the
+    # generated one, (at most) a copy of its body.
+    if new is comp:
+        return layered + 256
+    return (len(json.dumps(new.values or new.manifest, separators=(",", ":"))) + layered) * PYTHON_FACTOR
 
 
 class _Planner:
@@ -476,6 +525,7 @@ class _Planner:
 
     def result(self) -> Result:
         mirrors = self.registry.mirrors()
+        mirrors_key = repr(mirrors)  # see _built
         drivers = self._driver_components(mirrors)
         states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
         _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
@@ -489,11 +539,7 @@ class _Planner:
             # the mirror it installs from, rather than the generated body.
             if acc.state in (MANAGED, REMOVED):
                 layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
-                new = (
-                    _release(comp, acc, layers, mirrors, self.found)
-                    if comp.is_release
-                    else _manifest(comp, acc, acc.patches, mirrors, self.found)
-                )
+                new = _built(comp, acc, layers if comp.is_release else acc.patches, mirrors, self.found, mirrors_key)
                 planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
                 # Not ours to change any more: the generated body (Observe-only
@@ -521,26 +567,44 @@ def _strict(
     where: dict[str, str],
     documents: int,
 ) -> None:
-    bodies = [(p.component.key, component_body(p.component)) for p in planned if p.state == MANAGED]
+    bodies = [(p.component.key, *_body(p.component)) for p in planned if p.state == MANAGED]
     enforce(stack, mirrors, bodies, found, where, documents)
 
 
-_CACHE: OrderedDict[tuple[Stack, Fingerprint, RegistryPolicy | None], Result] = OrderedDict()
+# Each planned component's body and a digest of it, by component identity (the
+# entry holds the component): the components a plan shares with the last one
+# are not serialized again for the strict scan.
+_BODIES: BoundedCache[int, tuple[Component, dict[str, Any], bytes]] = BoundedCache(
+    "strict bodies", max_entries=4096, max_bytes=32 * MIB
+)
+
+
+def _body(comp: Component) -> tuple[dict[str, Any], bytes]:
+    hit = _BODIES.get(id(comp))
+    if hit is None or hit[0] is not comp:
+        body = component_body(comp)
+        content = json.dumps(body, separators=(",", ":")).encode()
+        digest = hashlib.blake2b(content, digest_size=32).digest()
+        hit = _BODIES.put(id(comp), (comp, body, digest), len(content) * PYTHON_FACTOR)
+    return hit[1], hit[2]
+
+
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
-_CACHE_MAX = 128
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Result] = BoundedCache(
+    "plans", max_entries=128, max_bytes=32 * MIB
+)
 
 
 def result(stack: Stack, found: Found) -> Result:
     key = (stack, found.fingerprint, found.policy)
     hit = _CACHE.get(key)
     if hit is not None:
-        _CACHE.move_to_end(key)
         return hit
-    computed = compute(stack, found.documents, found.policy)
-    _CACHE[key] = computed
-    if len(_CACHE) > _CACHE_MAX:
-        _CACHE.popitem(last=False)
-    return computed
+    # A plan holds the documents' content and copies of the generated values
+    # it changed: weighed as both, at their serialized size.
+    documents = sum(len(json.dumps(d.body, separators=(",", ":"))) for d in found.documents)
+    weight = (renderer(stack).serialized_bytes + documents) * PYTHON_FACTOR
+    return _CACHE.put(key, compute(stack, found.documents, found.policy), weight)
 
 
 def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str], list[str]]:

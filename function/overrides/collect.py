@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from crossplane.function import resource, response
+from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from function.errors import InputError, describe, first_few
+from function.errors import InputError, describe, excerpt, first_few
+from function.inputs import plain, plain_value
 from function.model import ServingStack
 
 from . import memory
@@ -89,7 +90,7 @@ class Requirement:
 def parse_input(req: fnv1.RunFunctionRequest) -> Input | None:
     if not req.HasField("input"):
         return None
-    return parse_input_document(resource.struct_to_dict(req.input))
+    return parse_input_document(plain(req.input, f"function Input {INPUT_API_VERSION}"))
 
 
 def parse_input_document(raw: dict[str, Any] | None) -> Input | None:
@@ -138,8 +139,32 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
 
 
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
-    digest = content_digest(item.resource.SerializeToString(deterministic=True))
-    return parsed_once(digest, lambda: config_document(resource.struct_to_dict(item.resource), digest))
+    data = item.resource.SerializeToString(deterministic=True)
+    digest = content_digest(data)
+    return parsed_once(digest, lambda: config_document(_read_config(item.resource), digest), len(data))
+
+
+def _read_config(config: struct_pb2.Struct) -> dict[str, Any]:
+    """What ``config_document`` reads of an EnvironmentConfig: its name, its data's keys and the document.
+
+    The rest of its data belongs to other functions: whatever it holds (even
+    a NaN) is not ours to judge, nor to convert.
+    """
+    fields = config.fields
+    meta, data = fields.get("metadata"), fields.get("data")
+    raw: dict[str, Any] = {}
+    if meta is not None and meta.HasField("struct_value"):
+        name = meta.struct_value.fields.get("name")
+        raw["metadata"] = (
+            {"name": excerpt(name.string_value)} if name is not None and name.HasField("string_value") else {}
+        )
+    if data is not None and data.HasField("struct_value"):
+        name = raw.get("metadata", {}).get("name", "?")
+        raw["data"] = {
+            key: plain_value(value, f"EnvironmentConfig {name}", f"data.{key}", 2) if key == DOCUMENT_KEY else None
+            for key, value in data.struct_value.fields.items()
+        }
+    return raw
 
 
 def parse_environment_config(obj: Mapping[str, Any]) -> Document | None:
@@ -156,14 +181,15 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
     if env.WhichOneof("kind") != "struct_value" or DOCUMENT_KEY not in env.struct_value.fields:
         return None
     value: struct_pb2.Value = env.struct_value.fields[DOCUMENT_KEY]
-    digest = content_digest(value.SerializeToString(deterministic=True))
+    data = value.SerializeToString(deterministic=True)
+    digest = content_digest(data)
 
     def parse() -> tuple[str, Document | None]:
-        body = resource.struct_to_dict(env.struct_value)[DOCUMENT_KEY]
+        body = plain_value(value, f"context {CONTEXT_KEY}", DOCUMENT_KEY, 2)
         doc = validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
         return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, f"context {CONTEXT_KEY}: {DOCUMENT_KEY}", doc, digest, body)
 
-    return parsed_once(digest, parse)[1]
+    return parsed_once(digest, parse, len(data))[1]
 
 
 def xr_name(xr: ServingStack) -> str:

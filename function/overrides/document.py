@@ -9,7 +9,6 @@ but nothing else (no ``"2"`` for a replica count, no ``"yes"`` for a flag).
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -26,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
 
@@ -306,21 +306,22 @@ class Found:
 
 # Parsed documents by serialized content: the same EnvironmentConfig arrives on
 # every reconcile of every XR, and parsing it is most of the layer's cost.
-_PARSED: OrderedDict[bytes, tuple[str, Document | None]] = OrderedDict()
-_PARSED_MAX = 256
+_PARSED: BoundedCache[bytes, tuple[str, Document | None]] = BoundedCache(
+    "override documents", max_entries=256, max_bytes=16 * MIB
+)
 
 
 def content_digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-def parsed_once(digest: bytes, parse: Callable[[], tuple[str, Document | None]]) -> tuple[str, Document | None]:
-    """``parse()``'s (name, document), computed once per content digest."""
+def parsed_once(
+    digest: bytes, parse: Callable[[], tuple[str, Document | None]], size: int
+) -> tuple[str, Document | None]:
+    """``parse()``'s (name, document), computed once per content digest; ``size``: the content's bytes."""
     hit = _PARSED.get(digest)
     if hit is not None:
-        _PARSED.move_to_end(digest)
         return hit
-    hit = _PARSED[digest] = parse()  # bad input raises: never cached, reported every time
-    if len(_PARSED) > _PARSED_MAX:
-        _PARSED.popitem(last=False)
-    return hit
+    # Bad input raises: never cached, reported every time. A document is kept
+    # parsed and as written (Document.body): twice its size in Python objects.
+    return _PARSED.put(digest, parse(), 2 * size * PYTHON_FACTOR)

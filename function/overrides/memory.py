@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from function.errors import InputError
+from function.inputs import plain_value
 from function.model import ServingStack
 
 from .document import DOCUMENT_KEY, Document, Found, content_digest, parsed_once, validate
@@ -68,15 +68,16 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
     if name_value is None or not name_value.string_value or body is None:
         raise InputError(f"ServingStack {MEMORY_FIELD}[{index}]: needs a name and a {DOCUMENT_KEY} document")
     name = name_value.string_value
-    digest = content_digest(entry.SerializeToString(deterministic=True))
+    data = entry.SerializeToString(deterministic=True)
+    digest = content_digest(data)
 
     def parse() -> tuple[str, Document | None]:
-        raw = resource.struct_to_dict(entry)[DOCUMENT_KEY]
+        raw = plain_value(body, f"ServingStack {MEMORY_FIELD}[{index}]", DOCUMENT_KEY, 2)
         where = f"{label(name)} (absent; as remembered in {MEMORY_FIELD})"
         doc = validate(raw, where, DOCUMENT_KEY)
         return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True)
 
-    remembered = parsed_once(digest, parse)[1]
+    remembered = parsed_once(digest, parse, len(data))[1]
     assert remembered is not None, "parse() always returns a document"
     return remembered
 

@@ -1,0 +1,324 @@
+"""What the function accepts from the wire: documented limits, and Structs read into plain data.
+
+Every object the function reads from a request (the XR, the function Input,
+the context's document, EnvironmentConfigs) goes through :func:`plain`, which
+names the object and the field of anything JSON cannot hold (NaN, ±Infinity)
+or anything nested deeper than :data:`MAX_DEPTH`. :func:`check_request`
+refuses a request beyond the size limits before any work is done.
+:func:`decode_request` is the gRPC server's request decoder: a request the
+protobuf decoder refuses (nesting beyond its recursion limit) becomes a
+readable Fatal naming the object and the field instead of a gRPC error.
+
+
+The limits, and what happens above them:
+
+* ``MAX_REQUEST_BYTES`` (32 MiB) per request: above it, a Fatal. The server
+  accepts messages up to ``GRPC_MAX_RECEIVE_BYTES`` (64 MiB, the default of
+  ``--max-recv-message-size``; the send limit follows it, as in the SDK) so
+  that such a request reaches the function and gets the Fatal; above that,
+  gRPC itself answers RESOURCE_EXHAUSTED and Crossplane reports that error on
+  the XR.
+* ``MAX_OBJECT_BYTES`` (3 MiB) per object read: twice etcd's default request
+  limit (1.5 MiB), so no object a cluster can store is refused.
+* ``MAX_DEPTH`` (32) levels of maps and lists in any object: the Python
+  protobuf decoder (upb) stops at 100 nested messages, about 32 levels of a
+  resource inside a request, so deeper objects could not arrive whole anyway.
+* ``MAX_RESPONSE_BYTES`` (4 MiB): Crossplane dials functions with grpc-go's
+  default call options (internal/xfn/function_runner.go), whose receive limit
+  is 4 MiB; a larger response would be an error on Crossplane's side, so the
+  function answers with a Fatal instead.
+* Every Fatal message is at most ``MAX_MESSAGE_CHARS`` characters; values are
+  quoted as excerpts of at most ``EXCERPT_CHARS``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+from google.protobuf.message import DecodeError
+
+from function.cache import MIB
+from function.errors import InputError, excerpt
+
+# Why each value: see the module docstring.
+MAX_REQUEST_BYTES = 32 * MIB  # ~20 objects at etcd's limit, far above any real reconcile
+GRPC_MAX_RECEIVE_BYTES = 64 * MIB  # above MAX_REQUEST_BYTES, so the Fatal is reachable
+MAX_OBJECT_BYTES = 3 * MIB  # twice etcd's default 1.5 MiB request limit
+MAX_RESPONSE_BYTES = 4 * MIB  # grpc-go's default receive limit, which Crossplane's client keeps
+MAX_DEPTH = 32  # the upb decoder's 100 nested messages, in levels of a resource inside a request
+
+
+def _path(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+_TOO_DEEP = f"nested deeper than {MAX_DEPTH} levels of maps and lists"
+
+
+class _BadValueError(Exception):
+    """A bad value deep inside: the path is collected on the way out, so good input builds none."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        self.path: list[str] = []  # innermost first
+
+
+def plain(struct: struct_pb2.Struct, obj: str, path: str = "", depth: int = 1) -> dict[str, Any]:
+    """``struct`` as plain data (what ``MessageToDict`` gives), refusing NaN, ±Infinity and deep nesting."""
+    try:
+        return _struct(struct, depth)
+    except _BadValueError as bad:
+        raise _error(obj, path, bad) from None
+
+
+def plain_value(value: struct_pb2.Value, obj: str, path: str, depth: int = 1) -> Any:
+    """One ``Value`` as plain data; ``depth`` is that of the map holding it."""
+    try:
+        return _value(value, depth)
+    except _BadValueError as bad:
+        raise _error(obj, path, bad) from None
+
+
+def _error(obj: str, path: str, bad: _BadValueError) -> InputError:
+    for part in reversed(bad.path):
+        path = path + part if part.startswith("[") else _path(path, part)
+    return InputError(f"{obj}: {excerpt(path)}: {bad.problem}")
+
+
+def _struct(struct: struct_pb2.Struct, depth: int) -> dict[str, Any]:
+    if depth > MAX_DEPTH:
+        raise _BadValueError(_TOO_DEEP)
+    out = {}
+    for key, value in struct.fields.items():
+        try:
+            out[key] = _value(value, depth)
+        except _BadValueError as bad:
+            bad.path.append(key)
+            raise
+    return out
+
+
+def _value(value: struct_pb2.Value, depth: int) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return _struct(value.struct_value, depth + 1)
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise _BadValueError(f"{number} is not a number JSON or Kubernetes can hold")
+        return number
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "list_value":
+        if depth + 1 > MAX_DEPTH:
+            raise _BadValueError(_TOO_DEEP)
+        out = []
+        for i, item in enumerate(value.list_value.values):
+            try:
+                out.append(_value(item, depth + 1))
+            except _BadValueError as bad:
+                bad.path.append(f"[{i}]")
+                raise
+        return out
+    return None
+
+
+def condition(obj: struct_pb2.Struct, kind: str) -> tuple[str, str]:
+    """(status, message) of an object's condition of type ``kind``; ("Unknown", "") when absent or malformed.
+
+    Conditions are whatever a provider (or anyone editing a status) wrote: a
+    missing type, a list of strings, an unparseable lastTransitionTime must
+    not fail the render, where the SDK's ``resource.get_condition`` raises.
+    """
+    status = obj.fields.get("status")
+    if status is None or status.WhichOneof("kind") != "struct_value":
+        return "Unknown", ""
+    conditions = status.struct_value.fields.get("conditions")
+    if conditions is None or conditions.WhichOneof("kind") != "list_value":
+        return "Unknown", ""
+    for item in conditions.list_value.values:
+        if item.WhichOneof("kind") != "struct_value":
+            continue
+        fields = item.struct_value.fields
+        if _string(fields.get("type")) == kind:
+            return _string(fields.get("status")) or "Unknown", _string(fields.get("message"))
+    return "Unknown", ""
+
+
+def _string(value: struct_pb2.Value | None) -> str:
+    return value.string_value if value is not None and value.WhichOneof("kind") == "string_value" else ""
+
+
+def ready(observed: fnv1.Resource) -> bool:
+    """Whether an observed resource's Ready condition is True; a malformed status is not ready."""
+    return condition(observed.resource, "Ready")[0] == "True"
+
+
+def check_size(message: Any, obj: str, limit: int = MAX_OBJECT_BYTES) -> None:
+    size = message.ByteSize()
+    if size > limit:
+        raise InputError(f"{obj}: {size} bytes, above the limit of {limit} bytes the function accepts")
+
+
+def check_request(req: fnv1.RunFunctionRequest) -> None:
+    """Refuse a request beyond the documented size limits, before any work."""
+    check_size(req, "the RunFunctionRequest", MAX_REQUEST_BYTES)
+    check_size(req.observed.composite.resource, "the ServingStack (observed composite resource)")
+    check_size(req.input, "the function Input")
+    check_size(req.context, "the pipeline context")
+    for name, resources in req.required_resources.items():
+        for i, item in enumerate(resources.items):
+            check_size(item.resource, f"required resource {excerpt(name)}[{i}]")
+
+
+# --------------------------------------------------------------------------- #
+# Requests the protobuf decoder refuses
+# --------------------------------------------------------------------------- #
+
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError("truncated varint")
+        byte = data[pos]
+        result |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, payload) of each length-delimited field; other wire types skipped."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = _varint(data, pos)
+        wire = tag & 7
+        if wire == _VARINT:
+            _, pos = _varint(data, pos)
+        elif wire == _FIXED64:
+            pos += 8
+        elif wire == _FIXED32:
+            pos += 4
+        elif wire == _LENGTH:
+            length, pos = _varint(data, pos)
+            if pos + length > len(data):
+                raise DecodeError("truncated field")
+            yield tag >> 3, data[pos : pos + length]
+            pos += length
+        else:
+            raise DecodeError(f"wire type {wire}")
+
+
+def _entry(data: bytes) -> tuple[str, bytes]:
+    """A map entry's string key and its value's payload."""
+    key, value = "", b""
+    for number, payload in _fields(data):
+        if number == 1:
+            key = payload.decode("utf-8", "replace")
+        elif number == 2:
+            value = payload
+    return key, value
+
+
+def _deepest_struct(data: bytes, path: str, depth: int) -> str | None:
+    """The path where a serialized Struct first nests deeper than MAX_DEPTH, if it does."""
+    for number, payload in _fields(data):
+        if number == 1:
+            key, value = _entry(payload)
+            found = _deepest_value(value, _path(path, key), depth)
+            if found is not None:
+                return found
+    return None
+
+
+def _deepest_value(data: bytes, path: str, depth: int) -> str | None:
+    for number, payload in _fields(data):
+        if number in (5, 6) and depth + 1 > MAX_DEPTH:  # struct_value, list_value
+            return path
+        if number == 5:
+            return _deepest_struct(payload, path, depth + 1)
+        if number == 6:
+            for i, (_, item) in enumerate(_fields(payload)):
+                found = _deepest_value(item, f"{path}[{i}]", depth + 1)
+                if found is not None:
+                    return found
+    return None
+
+
+def _resource_struct(data: bytes) -> bytes:
+    """The Struct payload of a serialized ``Resource`` (field 1)."""
+    return next((payload for number, payload in _fields(data) if number == 1), b"")
+
+
+def _state(data: bytes, which: str, composite: str) -> Iterator[tuple[str, bytes]]:
+    """The objects of a serialized ``State``: its composite resource (field 1) and composed ones (field 2)."""
+    for number, part in _fields(data):
+        if number == 1:
+            yield composite, _resource_struct(part)
+        elif number == 2:
+            key, value = _entry(part)
+            yield f"{which} composed resource {excerpt(key)}", _resource_struct(value)
+
+
+def _objects(data: bytes) -> Iterator[tuple[str, bytes]]:
+    """Each object a serialized request carries, named, as its serialized Struct."""
+    for number, payload in _fields(data):
+        if number == 2:
+            yield from _state(payload, "observed", "the ServingStack (observed composite resource)")
+        elif number == 3:
+            yield from _state(payload, "desired", "the desired composite resource")
+        elif number == 4:
+            yield "the function Input", payload
+        elif number == 5:
+            yield "the pipeline context", payload
+        elif number in (6, 8):  # extra_resources (deprecated), required_resources
+            key, value = _entry(payload)
+            for i, (_, item) in enumerate(_fields(value)):
+                yield f"required resource {excerpt(key)}[{i}]", _resource_struct(item)
+
+
+def undecodable(data: bytes, err: Exception) -> str:
+    """Why the protobuf decoder refused a request, naming the object and field where it can."""
+    try:
+        for obj, struct in _objects(data):
+            found = _deepest_struct(struct, "", 1)
+            if found is not None:
+                return f"{obj}: {excerpt(found)}: nested deeper than {MAX_DEPTH} levels of maps and lists"
+    except (DecodeError, RecursionError):
+        pass
+    return f"the RunFunctionRequest: not a valid protobuf message ({excerpt(str(err))})"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request the decoder refused: what is known of it (its meta), and why."""
+
+    req: fnv1.RunFunctionRequest
+    reason: str
+
+
+def decode_request(data: bytes) -> fnv1.RunFunctionRequest | Refused:
+    """The gRPC server's request decoder: a refused request becomes a :class:`Refused`, not a failed call."""
+    try:
+        decoded: fnv1.RunFunctionRequest = fnv1.RunFunctionRequest.FromString(data)
+    except DecodeError as err:
+        req = fnv1.RunFunctionRequest()
+        try:
+            for number, payload in _fields(data):
+                if number == 1:
+                    req.meta.MergeFromString(payload)
+        except DecodeError:
+            pass
+        return Refused(req, undecodable(data, err))
+    return decoded

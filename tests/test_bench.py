@@ -1,0 +1,35 @@
+"""The load script and the floor comparison run (tiny sizes): what ./dev soak and ./dev bench print stays honest."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_load_script_runs_every_kind_without_errors() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/soak.py", "--callers", "1", "4", "--rounds", "1", "--requests", "40"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["warm"], ["new-xr"], ["cold"])]
+    assert {(r[0], r[1]) for r in rows} == {(k, c) for k in ("warm", "new-xr", "cold") for c in ("1", "4")}
+    assert all(r[6] == "0" for r in rows), out  # the errors column
+    assert "refused by design and left out: none" in out
+
+
+def test_floor_comparison_runs() -> None:
+    code = (
+        "import asyncio; from crossplane.function import logging; logging.configure(logging.Level.DISABLED); "
+        "from bench.benchmark import _against_the_floor; asyncio.run(_against_the_floor(5))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    assert "ours/floor (steady state):" in out
+    assert "cold path (plan miss) / cached render:" in out

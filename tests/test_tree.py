@@ -1,0 +1,48 @@
+"""The fast tree helpers give exactly what the protobuf library's general converters give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+from hypothesis import given
+from hypothesis import strategies as st
+
+from function.inputs import plain
+from function.tree import copy_tree, to_struct
+
+JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
+              st.text(max_size=10)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=30,
+)  # fmt: skip
+TREES = st.dictionaries(st.text(max_size=6), JSON, max_size=5)
+
+
+@given(TREES)
+def test_to_struct_is_parse_dict(tree: dict[str, Any]) -> None:
+    expected = json_format.ParseDict(tree, struct_pb2.Struct())
+    assert to_struct(tree) == expected
+    assert to_struct(tree).SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+
+
+@given(TREES)
+def test_plain_is_message_to_dict(tree: dict[str, Any]) -> None:
+    struct = json_format.ParseDict(tree, struct_pb2.Struct())
+    assert plain(struct, "test") == json_format.MessageToDict(struct, preserving_proto_field_name=True)
+
+
+@given(TREES)
+def test_copy_tree_is_equal_and_shares_no_container(tree: dict[str, Any]) -> None:
+    copied = copy_tree(tree)
+    assert copied == tree
+
+    def containers(node: Any) -> list[int]:
+        if isinstance(node, dict):
+            return [id(node), *(i for v in node.values() for i in containers(v))]
+        if isinstance(node, list):
+            return [id(node), *(i for v in node for i in containers(v))]
+        return []
+
+    assert not set(containers(copied)) & set(containers(tree))
