@@ -5,6 +5,8 @@ It builds from the repository alone (``stacks/`` and ``facts/``), as on a fresh 
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import shutil
 import subprocess
 import sys
@@ -14,8 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
-from generator.build import FACTS_DIR, REPO, Inputs, generate
-from generator.stackfile import StackFileError
+from function import stack
+from function.model import Accelerator, Cloud
+from generator import lock
+from generator.build import FACTS_DIR, REPO, Inputs, build_stack, generate
+from generator.stackfile import CATALOGUE, CHARTS, Catalogue, Charts, StackFile, StackFileError, read, stack_paths
 
 
 def _inputs(stacks: Path | None = None, facts: Path = FACTS_DIR) -> Inputs:
@@ -43,9 +48,16 @@ def test_header_names_aicr_version_commit_query_and_input_digest(generated: dict
     assert "Inputs: sha256:" in header
 
 
+_IMPORT = "from function.generated.components import COMPONENTS as C"
+
+
 def _stack(generated: dict[str, str], name: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {}
-    exec(compile(generated[name], name, "exec"), namespace)  # the module as Python imports it
+    """The module as Python imports it, taking its blocks from the components module generated beside it."""
+    shared: dict[str, Any] = {}
+    exec(compile(generated["components.py"], "components.py", "exec"), shared)
+    assert _IMPORT in generated[name]
+    namespace: dict[str, Any] = {"C": shared["COMPONENTS"]}
+    exec(compile(generated[name].replace(_IMPORT, ""), name, "exec"), namespace)
     stack: dict[str, Any] = namespace["STACK"]
     return stack
 
@@ -114,8 +126,8 @@ def test_chart_facts_read_at_another_version_are_refused(tmp_path: Path) -> None
 def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
     out = tmp_path / "generated"
     shutil.copytree(REPO / "function" / "generated", out)
-    (out / "eks_nvidia.py").write_text(
-        (out / "eks_nvidia.py").read_text().replace("'version': 'v25.10.1'", "'version': 'v25.3.0'")
+    (out / "components.py").write_text(
+        (out / "components.py").read_text().replace("'version': 'v1.17.2'", "'version': 'v1.17.1'", 1)
     )
     run = subprocess.run(
         [sys.executable, "-m", "generator", "--check", "--out", str(out)],
@@ -125,7 +137,7 @@ def test_check_names_stale_files_and_exits_1(tmp_path: Path) -> None:
         check=False,
     )
     assert run.returncode == 1
-    assert run.stdout.splitlines() == ["stale: function/generated/eks_nvidia.py (2 lines differ)"]
+    assert run.stdout.splitlines() == ["stale: function/generated/components.py (2 lines differ)"]
     assert "run `python -m generator`" in run.stderr
 
 
@@ -149,3 +161,82 @@ def test_an_aicr_component_the_lock_does_not_take_is_refused(tmp_path: Path) -> 
 def test_a_missing_lock_is_a_readable_error(tmp_path: Path) -> None:
     with pytest.raises(StackFileError, match=r"facts/aicr/lock.yaml: .*No such file"):
         generate(_inputs(facts=tmp_path / "facts"))
+
+
+def _blocks(text: str) -> dict[str, str]:
+    """A components module by block name (the header under ""), each block with its comments."""
+    head, *blocks = text.split("\n# --- ")
+    return {"": head, **{b.split(":", 1)[0]: b for b in blocks}}
+
+
+def test_a_chart_bump_changes_one_block_and_its_module_header(tmp_path: Path, generated: dict[str, str]) -> None:
+    stacks = _copy_stacks(tmp_path)
+    for name, old, new in (
+        ("platform.yaml", "version: v0.8.0}", "version: v0.9.0}"),
+        ("charts.yaml", "  lws:\n    version: v0.8.0", "  lws:\n    version: v0.9.0"),
+    ):
+        text = (stacks / name).read_text()
+        assert text.count(old) == 1
+        (stacks / name).write_text(text.replace(old, new))
+    bumped = generate(_inputs(stacks))
+    assert sorted(n for n in generated if bumped[n] != generated[n]) == ["components.py"]
+    before, after = _blocks(generated["components.py"]), _blocks(bumped["components.py"])
+    assert before.keys() == after.keys()
+    assert sorted(n for n in before if before[n] != after[n]) == ["", "leader-worker-set"]
+    changed = [
+        line
+        for line in difflib.unified_diff(before[""].splitlines(), after[""].splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and line[:3] not in ("+++", "---")
+    ]
+    assert [line[:16] for line in changed] == ["-Inputs: sha256:", "+Inputs: sha256:"]
+    assert "'version': 'v0.9.0'" in after["leader-worker-set"]
+
+
+def test_each_distinct_component_is_generated_once(generated: dict[str, str]) -> None:
+    blocks = _blocks(generated["components.py"])
+    del blocks[""]
+    bodies = [b.split("\nCOMPONENTS[", 1)[1] for b in blocks.values()]
+    assert len({b.split("] = ", 1)[1] for b in bodies}) == len(bodies)
+    for name, text in generated.items():
+        if name not in ("__init__.py", "components.py"):
+            listed = text.split("    'components': [\n", 1)[1].splitlines()[:-2]
+            # Stack modules take components by name only, each maybe under its stack file's comments.
+            assert all(line.startswith(("        C['", "        #")) for line in listed), name
+
+
+def test_loaded_stacks_are_the_stacks_the_generator_builds() -> None:
+    """Sharing, reordering and leaving out empty fields lose nothing the runtime reads."""
+    catalogue = read(REPO / "stacks" / CATALOGUE, Catalogue)
+    charts = read(REPO / "stacks" / CHARTS, Charts)
+    locked = lock.read(FACTS_DIR)
+    for path in stack_paths(REPO / "stacks"):
+        stack_file = read(path, StackFile)
+        built, _ = build_stack(stack_file, catalogue, charts, locked, _inputs())
+        loaded = stack.load(Cloud(stack_file.cloud), Accelerator(stack_file.accelerator))
+        assert loaded is not None
+        # Stack compares by identity (renderers are cached by it): compare what it holds.
+        assert dataclasses.asdict(loaded) == dataclasses.asdict(stack.stack_from_data(built)), path.name
+
+
+def test_fields_read_key_kind_origin_first_and_empty_ones_are_left_out(generated: dict[str, str]) -> None:
+    for component in _stack(generated, "eks_nvidia.py")["components"]:
+        assert list(component)[:3] == ["key", "kind", "origin"]
+        assert all(v not in ("", [], {}) for v in component.values()), component["key"]
+
+
+def test_why_comments_from_stacks_are_carried(generated: dict[str, str]) -> None:
+    cert_manager = _blocks(generated["components.py"])["cert-manager"]
+    assert "# stacks/platform.yaml components.cert-manager:" in cert_manager
+    assert "#   The platform's cert-manager owns its CRDs; keep: false so an uninstall" in cert_manager
+    assert "# stacks/charts.yaml charts.cert-manager:" in cert_manager
+    assert "#   version: AICR pin" in cert_manager
+    eks = generated["eks_nvidia.py"]
+    patch = "# stacks/eks.yaml components.gpu-operator:\n        # Installed by the node image"
+    assert patch + ": an operator-managed copy would fight it.\n        C['gpu-operator@" in eks
+    assert "# The AL2023_x86_64_NVIDIA AMI ships the driver and the container toolkit." in eks
+
+
+def test_each_header_digests_its_own_module(generated: dict[str, str]) -> None:
+    digests = {name: text.split("Inputs: ", 1)[1].split()[0] for name, text in generated.items() if "Inputs: " in text}
+    assert len(digests) == len(generated) - 1  # every module but the index
+    assert len(set(digests.values())) == len(digests)
