@@ -195,8 +195,13 @@ def test_a_chart_bump_changes_one_block_and_its_module_header(tmp_path: Path, ge
 def test_each_distinct_component_is_generated_once(generated: dict[str, str]) -> None:
     blocks = _blocks(generated["components.py"])
     del blocks[""]
-    bodies = [b.split("\nCOMPONENTS[", 1)[1] for b in blocks.values()]
-    assert len({b.split("] = ", 1)[1] for b in bodies}) == len(bodies)
+    bodies = ["\n".join(line for line in b.splitlines()[1:] if not line.startswith("#")) for b in blocks.values()]
+    assert len({b.split(" = ", 1)[1] for b in bodies}) == len(bodies)
+    # Variants are overlays on what they share: a chart bump changes the shared block alone.
+    assert "SHARED['gpu-operator'] = {" in generated["components.py"]
+    variants = [b for name, b in blocks.items() if name.startswith("gpu-operator@")]
+    assert len(variants) > 1
+    assert all("deep_merge(SHARED['gpu-operator']" in b and "'chart':" not in b for b in variants)
     for name, text in generated.items():
         if name not in ("__init__.py", "components.py"):
             listed = text.split("    'components': [\n", 1)[1].splitlines()[:-2]
