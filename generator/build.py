@@ -251,6 +251,11 @@ def build_stack(
     return stack, sources
 
 
+def _titled(title: str, lines: tuple[str, ...]) -> tuple[str, ...]:
+    """Comments under the place they were read from; nothing when there are none."""
+    return (title, *(f"  {line}" if line else "" for line in lines)) if lines else ()
+
+
 def _component_comments(key: str, component: dict[str, Any], texts: dict[str, str]) -> tuple[str, ...]:
     """The why-comments of a catalogue entry and of its chart's facts, each under the place it comes from."""
     out: list[str] = []
@@ -258,9 +263,7 @@ def _component_comments(key: str, component: dict[str, Any], texts: dict[str, st
         (CATALOGUE, ("components", key)),
         (CHARTS, ("charts", component.get("chart", {}).get("name", ""))),
     ):
-        found = comments.section(texts[file], *path) if path[1] else ()
-        if found:
-            out += [f"stacks/{file} {'.'.join(path)}:", *(f"  {line}" if line else "" for line in found)]
+        out += _titled(f"stacks/{file} {'.'.join(path)}:", comments.section(texts[file], *path) if path[1] else ())
     return tuple(out)
 
 
@@ -298,7 +301,7 @@ def generate(inputs: Inputs) -> dict[str, str]:
             first = key == source or (source not in keys and source not in patched)
             patch = comments.section(text, "components", source) if first else ()
             patched.add(source)
-            refs.append((block, (f"stacks/{path.name} components.{source}:", *patch) if patch else ()))
+            refs.append((block, _titled(f"stacks/{path.name} components.{source}:", patch)))
             if block not in blocks:
                 why = _component_comments(source, component, texts) if key == source or source not in commented else ()
                 commented.add(source)
@@ -308,10 +311,10 @@ def generate(inputs: Inputs) -> dict[str, str]:
                     stacks=tuple(sorted(s for (s, k), n in names.items() if n == block)),
                     comments=why,
                 )
-        own = comments.section(text, "driver")
-        module = emit.StackModule(
-            stack=stack, refs=tuple(refs), comments=(f"stacks/{path.name} driver:", *own) if own else ()
-        )
+        own = [
+            line for s in ("aicr", "driver") for line in _titled(f"stacks/{path.name} {s}:", comments.section(text, s))
+        ]
+        module = emit.StackModule(stack=stack, refs=tuple(refs), comments=tuple(own))
         files[f"{stack_file.cloud.lower()}_{stack_file.accelerator.lower()}.py"] = emit.module_text(module)
     files[f"{emit.COMPONENTS_MODULE}.py"] = emit.components_text(sorted(blocks.values(), key=lambda b: b.name))
     files["__init__.py"] = emit.index_text(sorted((f.cloud, f.accelerator) for _, f, _, _ in built), locked)

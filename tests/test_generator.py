@@ -236,9 +236,11 @@ def test_why_comments_from_stacks_are_carried(generated: dict[str, str]) -> None
     assert "# stacks/charts.yaml charts.cert-manager:" in cert_manager
     assert "#   version: AICR pin" in cert_manager
     eks = generated["eks_nvidia.py"]
-    patch = "# stacks/eks.yaml components.gpu-operator:\n        # Installed by the node image"
+    patch = "# stacks/eks.yaml components.gpu-operator:\n        #   Installed by the node image"
     assert patch + ": an operator-managed copy would fight it.\n        C['gpu-operator@" in eks
-    assert "# The AL2023_x86_64_NVIDIA AMI ships the driver and the container toolkit." in eks
+    assert (
+        "# stacks/eks.yaml driver:\n#   The AL2023_x86_64_NVIDIA AMI ships the driver and the container toolkit." in eks
+    )
 
 
 def test_each_header_digests_its_own_module(generated: dict[str, str]) -> None:

@@ -9,8 +9,11 @@ from typing import Any
 
 from function.generated.components import COMPONENTS as C
 
+# stacks/aks.yaml aicr:
+#   Taken and not taken: as eks.yaml (AICR's network-operator is left out too:
+#   the cluster composition owns networking).
 # stacks/aks.yaml driver:
-# Node pools set gpuDriver: Install; AKS installs the driver.
+#   Node pools set gpuDriver: Install; AKS installs the driver.
 STACK: dict[str, Any] = {
     'id': 'aks-nvidia',
     'cloud': 'AKS',
@@ -57,7 +60,7 @@ STACK: dict[str, Any] = {
         C['node-feature-discovery@aks-nvidia'],
         C['prometheus@aks-nvidia'],
         # stacks/aks.yaml components.gpu-operator:
-        # driver: AICR's aks variant already disables the toolkit
+        #   driver: AICR's aks variant already disables the toolkit
         C['gpu-operator@aks-nvidia'],
         C['dra-driver@aks-nvidia'],
     ],

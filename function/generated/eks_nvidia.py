@@ -9,8 +9,18 @@ from typing import Any
 
 from function.generated.components import COMPONENTS as C
 
+# stacks/eks.yaml aicr:
+#   Accelerator-agnostic: the stack serves whatever NVIDIA GPUs the node pools
+#   have, and the h100/gb200 overlays only add Skyhook node tuning, which the
+#   platform does not take. No os: the AL2023 NVIDIA AMI has no AICR overlay
+#   (the ubuntu leaf adds only OS constraints).
+#   Taken: cert-manager, gpu-operator, nvidia-dra-driver-gpu, kube-prometheus-stack.
+#   Not taken: kgateway/kgateway-crds (the platform's gateway is Envoy Gateway),
+#   skyhook-*, nvsentinel, kai-scheduler, k8s-ephemeral-storage-metrics,
+#   prometheus-adapter, aws-ebs-csi-driver and aws-efa (the cluster composition
+#   owns storage and networking add-ons).
 # stacks/eks.yaml driver:
-# The AL2023_x86_64_NVIDIA AMI ships the driver and the container toolkit.
+#   The AL2023_x86_64_NVIDIA AMI ships the driver and the container toolkit.
 STACK: dict[str, Any] = {
     'id': 'eks-nvidia',
     'cloud': 'EKS',
@@ -56,13 +66,13 @@ STACK: dict[str, Any] = {
         C['leader-worker-set'],
         C['node-feature-discovery@aks-nvidia'],
         # stacks/eks.yaml components.prometheus:
-        # AICR's EKS overlay asks for a gp2 PersistentVolumeClaim, which needs
-        # the EBS CSI driver; neither this stack nor the cluster composition
-        # installs it, so Prometheus would stay Pending. Keep what v0.3.1 clusters
-        # run: no storageSpec, the operator's emptyDir.
+        #   AICR's EKS overlay asks for a gp2 PersistentVolumeClaim, which needs
+        #   the EBS CSI driver; neither this stack nor the cluster composition
+        #   installs it, so Prometheus would stay Pending. Keep what v0.3.1 clusters
+        #   run: no storageSpec, the operator's emptyDir.
         C['prometheus@eks-nvidia'],
         # stacks/eks.yaml components.gpu-operator:
-        # Installed by the node image: an operator-managed copy would fight it.
+        #   Installed by the node image: an operator-managed copy would fight it.
         C['gpu-operator@aks-nvidia'],
         C['dra-driver@aks-nvidia'],
     ],

@@ -10,21 +10,21 @@ from typing import Any
 from function.generated.components import COMPONENTS as C
 
 # stacks/existing-amd.yaml driver:
-# Every operand image spelled out (the chart's v1.4.0 values), so a
-# registry mirror rewrites them and strict sees them: left unset, the
-# operator falls back to defaults in its code (busybox:1.36,
-# docker.io/rocm/gpu-operator-utils:latest, ...).
-# Unset, the operator builds the driver into this in-cluster repository
-# (its vanilla-Kubernetes default, DeviceConfig CRD spec.driver.image)
-# from an OS base image on docker.io: both spelled out. A pool that
-# names its own repository (drivers[].image) replaces it; the
-# operator tags each build <distro>-<release>-<kernel>-<version>.
-# Per-pool DeviceConfigs replace the chart's default one, which selects
-# every AMD node (feature.node.kubernetes.io/amd-gpu) and would overlap them.
-# The chart annotates it helm.sh/resource-policy: keep, so one installed
-# earlier stays until deleted by hand (docs/gpu.md).
-# builtin: the operator's own default when a field is empty (../shared/charts/README.md).
-# One {name: ...} per operand (DeviceConfig CRD v1.4.0)
+#   Every operand image spelled out (the chart's v1.4.0 values), so a
+#   registry mirror rewrites them and strict sees them: left unset, the
+#   operator falls back to defaults in its code (busybox:1.36,
+#   docker.io/rocm/gpu-operator-utils:latest, ...).
+#   Unset, the operator builds the driver into this in-cluster repository
+#   (its vanilla-Kubernetes default, DeviceConfig CRD spec.driver.image)
+#   from an OS base image on docker.io: both spelled out. A pool that
+#   names its own repository (drivers[].image) replaces it; the
+#   operator tags each build <distro>-<release>-<kernel>-<version>.
+#   Per-pool DeviceConfigs replace the chart's default one, which selects
+#   every AMD node (feature.node.kubernetes.io/amd-gpu) and would overlap them.
+#   The chart annotates it helm.sh/resource-policy: keep, so one installed
+#   earlier stays until deleted by hand (docs/gpu.md).
+#   builtin: the operator's own default when a field is empty (../shared/charts/README.md).
+#   One {name: ...} per operand (DeviceConfig CRD v1.4.0)
 STACK: dict[str, Any] = {
     'id': 'existing-amd',
     'cloud': 'Existing',
@@ -173,7 +173,7 @@ STACK: dict[str, Any] = {
         C['ai-gateway'],
         C['cert-manager'],
         # stacks/existing-amd.yaml components.amd-gpu-operator:
-        # The nodes' own amdgpu driver (see above); the chart's default too.
+        #   The nodes' own amdgpu driver (see above); the chart's default too.
         C['amd-gpu-operator'],
         C['envoy-gateway'],
         C['gaie-crd-inferenceobjectives.inference.networking.x-k8s.io'],

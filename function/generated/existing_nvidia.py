@@ -10,12 +10,12 @@ from typing import Any
 from function.generated.components import COMPONENTS as C
 
 # stacks/existing.yaml driver:
-# root: where the operator's driver container installs it
-# Not useOpenKernelModules: deprecated and ignored at v25.10.1; the CRD's
-# kernelModuleType (default auto) picks open modules where the driver
-# branch and GPUs support them.
-# Per-pool NVIDIADriver resources replace the ClusterPolicy's single driver.
-# imagePullSecretNames: a list of plain secret names
+#   root: where the operator's driver container installs it
+#   Not useOpenKernelModules: deprecated and ignored at v25.10.1; the CRD's
+#   kernelModuleType (default auto) picks open modules where the driver
+#   branch and GPUs support them.
+#   Per-pool NVIDIADriver resources replace the ClusterPolicy's single driver.
+#   imagePullSecretNames: a list of plain secret names
 STACK: dict[str, Any] = {
     'id': 'existing-nvidia',
     'cloud': 'Existing',

@@ -9,8 +9,11 @@ from typing import Any
 
 from function.generated.components import COMPONENTS as C
 
+# stacks/gke.yaml aicr:
+#   AICR's GKE overlays all require os=cos; without it only the base applies.
+#   Taken and not taken: as eks.yaml.
 # stacks/gke.yaml driver:
-# Node pools set gpuDriverInstallationConfig; GKE installs the driver here.
+#   Node pools set gpuDriverInstallationConfig; GKE installs the driver here.
 STACK: dict[str, Any] = {
     'id': 'gke-nvidia',
     'cloud': 'GKE',
@@ -59,8 +62,8 @@ STACK: dict[str, Any] = {
         C['prometheus@gke-nvidia'],
         C['gpu-operator@gke-nvidia'],
         # stacks/gke.yaml components.dra-driver:
-        # AICR's gke-cos variant already turns the operator's driver off and points
-        # the toolkit and the DRA driver at /home/kubernetes/bin/nvidia.
+        #   AICR's gke-cos variant already turns the operator's driver off and points
+        #   the toolkit and the DRA driver at /home/kubernetes/bin/nvidia.
         C['dra-driver@gke-nvidia'],
     ],
 }

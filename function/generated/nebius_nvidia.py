@@ -9,8 +9,10 @@ from typing import Any
 
 from function.generated.components import COMPONENTS as C
 
+# stacks/nebius.yaml aicr:
+#   Base plus the overlays that match any service (monitoring-hpa).
 # stacks/nebius.yaml driver:
-# Nebius GPU node images carry the driver.
+#   Nebius GPU node images carry the driver.
 STACK: dict[str, Any] = {
     'id': 'nebius-nvidia',
     'cloud': 'Nebius',

@@ -10,7 +10,7 @@ from typing import Any
 from function.generated.components import COMPONENTS as C
 
 # stacks/vultr-amd.yaml driver:
-# Vultr's AMD GPU images carry the amdgpu driver.
+#   Vultr's AMD GPU images carry the amdgpu driver.
 STACK: dict[str, Any] = {
     'id': 'vultr-amd',
     'cloud': 'Vultr',
@@ -42,7 +42,7 @@ STACK: dict[str, Any] = {
         C['ai-gateway'],
         C['cert-manager'],
         # stacks/vultr-amd.yaml components.amd-gpu-operator:
-        # The node image supplies amdgpu: the default DeviceConfig must not install one.
+        #   The node image supplies amdgpu: the default DeviceConfig must not install one.
         C['amd-gpu-operator'],
         C['envoy-gateway'],
         C['gaie-crd-inferenceobjectives.inference.networking.x-k8s.io'],

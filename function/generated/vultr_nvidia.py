@@ -10,7 +10,7 @@ from typing import Any
 from function.generated.components import COMPONENTS as C
 
 # stacks/vultr.yaml driver:
-# Vultr GPU node images carry the driver.
+#   Vultr GPU node images carry the driver.
 STACK: dict[str, Any] = {
     'id': 'vultr-nvidia',
     'cloud': 'Vultr',
