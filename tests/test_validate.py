@@ -109,6 +109,23 @@ def test_unselected_documents_and_required_inputs(tmp_path: Path) -> None:
     assert "function Input servingstack.fn.modelplane.ai/v1beta1: spec.x: unknown field" in bad_input.stderr
 
 
+def test_nan_or_infinity_in_a_file_is_one_readable_line(tmp_path: Path) -> None:
+    """YAML's .nan and .inf reach the check as the function reads them: a Fatal naming the field, no traceback."""
+    for value, shown in ((float("nan"), "nan"), (float("-inf"), "-inf")):
+        bad = ec("odd", {"priority": value})
+        bad["data"]["other"] = float("nan")  # another function's data: not ours to judge
+        out = validate("-e", write(tmp_path, "odd.yaml", bad))
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert out.stdout == (
+            f"fatal: EnvironmentConfig odd: data.servingStack.priority: {shown} is not a number JSON or "
+            "Kubernetes can hold\n"
+        )
+        assert out.stderr == "function validate: 1 documents against every generated stack: 1 fatal, 0 warnings\n"
+        out = validate("-e", write(tmp_path, "odd.yaml", bad), "--xr", "example/xr.yaml")
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert out.stdout.endswith(f"data.servingStack.priority: {shown} is not a number JSON or Kubernetes can hold\n")
+
+
 def test_an_input_registry_policy_is_checked_on_every_stack(tmp_path: Path) -> None:
     policy = {
         "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import stack
@@ -37,6 +36,7 @@ from .collect import (
     config_document,
     document_missing,
     must_carry_document,
+    read_config,
     required_missing,
     requirements,
 )
@@ -69,9 +69,10 @@ def _selected(configs: Sequence[Mapping[str, Any]], spec: InputSpec) -> tuple[li
             findings.append(Finding("", "fatal", required_missing(r)))
         for item in items:
             try:
-                name, doc = config_document(resource.struct_to_dict(item.resource), b"")
+                name, doc = config_document(read_config(item.resource), b"")
             except InputError as err:
                 findings.append(Finding("", "fatal", str(err)))
+                delivered.add(str(item.resource["metadata"]["name"]))  # selected, though unreadable
                 continue
             delivered.add(name)
             if doc is not None:

@@ -141,10 +141,10 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
     data = item.resource.SerializeToString(deterministic=True)
     digest = content_digest(data)
-    return parsed_once(digest, lambda: config_document(_read_config(item.resource), digest), len(data))
+    return parsed_once(digest, lambda: config_document(read_config(item.resource), digest), len(data))
 
 
-def _read_config(config: struct_pb2.Struct) -> dict[str, Any]:
+def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
     """What ``config_document`` reads of an EnvironmentConfig: its name, its data's keys and the document.
 
     The rest of its data belongs to other functions: whatever it holds (even
