@@ -213,18 +213,20 @@ def set_image(values: dict[str, Any], img: ImageRef, ref: str, origin: str, wher
 
 def pod_containers(node: Any, path: str = "") -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
     """Every container of every pod spec in a manifest, at any depth: (container, path, pod spec)."""
+    # Only maps and lists are descended into (and given a path): most values are scalars.
     if isinstance(node, dict):
         for key, value in node.items():
-            here = f"{path}.{key}" if path else key
             if key in CONTAINER_LISTS and isinstance(value, list):
+                here = f"{path}.{key}" if path else key
                 for i, container in enumerate(value):
                     if isinstance(container, dict) and isinstance(container.get("image"), str):
                         yield container, f"{here}[{i}]", node
-            else:
-                yield from pod_containers(value, here)
+            elif isinstance(value, dict | list):
+                yield from pod_containers(value, f"{path}.{key}" if path else key)
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from pod_containers(item, f"{path}[{i}]")
+            if isinstance(item, dict | list):
+                yield from pod_containers(item, f"{path}[{i}]")
 
 
 def rewrite_manifest(

@@ -83,15 +83,23 @@ def stack_hosts(stack: Stack) -> frozenset[str]:
 
 
 def _strings(node: Any, path: str, key: str = "") -> Iterator[tuple[str, str, str]]:
-    """(path, nearest map key, text) of every string in a body."""
+    """(path, nearest map key, text) of every string in a body that could name a registry.
+
+    A reference counts only when its first segment is a host (``is_host``: a
+    dot, a colon or localhost), so a string with none of them holds none: most
+    strings of a body are passed over without tokenizing them.
+    """
     if isinstance(node, str):
-        yield path, key, node
+        if "." in node or ":" in node or "localhost" in node.lower():
+            yield path, key, node
     elif isinstance(node, dict):
         for k, value in node.items():
-            yield from _strings(value, f"{path}.{k}" if path else str(k), str(k))
+            if isinstance(value, str | dict | list):  # numbers, booleans and null hold no reference
+                yield from _strings(value, f"{path}.{k}" if path else str(k), str(k))
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from _strings(item, f"{path}[{i}]", key)
+            if isinstance(item, str | dict | list):
+                yield from _strings(item, f"{path}[{i}]", key)
 
 
 def _references(key: str, text: str, hosts: frozenset[str]) -> Iterator[str]:
