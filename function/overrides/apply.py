@@ -10,7 +10,6 @@ renderer holds ready.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -567,26 +566,8 @@ def _strict(
     where: dict[str, str],
     documents: int,
 ) -> None:
-    bodies = [(p.component.key, *_body(p.component)) for p in planned if p.state == MANAGED]
+    bodies = [(p.component.key, component_body(p.component), p.component) for p in planned if p.state == MANAGED]
     enforce(stack, mirrors, bodies, found, where, documents)
-
-
-# Each planned component's body and a digest of it, by component identity (the
-# entry holds the component): the components a plan shares with the last one
-# are not serialized again for the strict scan.
-_BODIES: BoundedCache[int, tuple[Component, dict[str, Any], bytes]] = BoundedCache(
-    "strict bodies", max_entries=4096, max_bytes=32 * MIB
-)
-
-
-def _body(comp: Component) -> tuple[dict[str, Any], bytes]:
-    hit = _BODIES.get(id(comp))
-    if hit is None or hit[0] is not comp:
-        body = component_body(comp)
-        content = json.dumps(body, separators=(",", ":")).encode()
-        digest = hashlib.blake2b(content, digest_size=32).digest()
-        hit = _BODIES.put(id(comp), (comp, body, digest), len(content) * PYTHON_FACTOR)
-    return hit[1], hit[2]
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.

@@ -156,23 +156,25 @@ def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str
         raise InputError(f"registry.strict (set by {', '.join(mirrors.strict_by)}): " + _bounded(problems))
 
 
-# Scans by what decides them: the body's content (its digest), the hosts, the
-# policies and what was already reported for its component. Most bodies of a
-# plan computed for a changed document are unchanged, and a scan costs far
-# more than a lookup.
+# Scans by what decides them: the component the body was made from (the
+# entry holds it, so its id stays its own), the hosts, the policies and what
+# was already reported for it. Components are immutable, and a plan computed
+# for a changed document shares every component it does not change with the
+# last plan (the same objects: generated, or built once per layers and
+# mirrors), so those are not scanned again; a scan costs far more than a lookup.
 _SCANS: BoundedCache[
-    tuple[bytes, frozenset[str], tuple[tuple[str, ...], ...], frozenset[str]], tuple[tuple[str, str], ...]
+    tuple[int, frozenset[str], tuple[tuple[str, ...], ...], frozenset[str]], tuple[object, tuple[tuple[str, str], ...]]
 ] = BoundedCache("strict scans", max_entries=4096, max_bytes=4 * MIB)
 
 
 def _scan(
-    body: dict[str, Any], content: bytes, hosts: frozenset[str], mirrors: Mirrors, already: frozenset[str]
+    body: dict[str, Any], owner: object, hosts: frozenset[str], mirrors: Mirrors, already: frozenset[str]
 ) -> tuple[tuple[str, str], ...]:
     """(where, reference) of each reference in ``body`` the policies refuse and ``already`` does not cover."""
-    key = (content, hosts, tuple(p.allowed for p in mirrors.policies), already)
+    key = (id(owner), hosts, tuple(p.allowed for p in mirrors.policies), already)
     hit = _SCANS.get(key)
-    if hit is not None:
-        return hit
+    if hit is not None and hit[0] is owner:
+        return hit[1]
     reported, out = set(already), []
     for path, field, text in _strings(body, ""):
         for ref in _references(field, text, hosts):
@@ -180,20 +182,20 @@ def _scan(
                 continue  # allowed, or already listed as the reference it is part of
             out.append((path, ref))
             reported.add(ref)
-    return _SCANS.put(key, tuple(out), 256 + sum(len(a) + len(b) for a, b in out))
+    return _SCANS.put(key, (owner, tuple(out)), 256 + sum(len(a) + len(b) for a, b in out))[1]
 
 
 def enforce(
     stack: Stack,
     mirrors: Mirrors,
-    bodies: Iterable[tuple[str, dict[str, Any], bytes]],
+    bodies: Iterable[tuple[str, dict[str, Any], object]],
     known: Iterable[Found],
     where: dict[str, str],
     documents: int,
 ) -> None:
     """Raise a Fatal naming every rule and reference a strict policy refuses.
 
-    ``bodies`` are (component key, body, a digest of the body's content): scans are kept by it.
+    ``bodies`` are (component key, body, the immutable object it was made from): scans are kept by it.
     """
     bodies = list(bodies)
     in_use: list[tuple[str, str]] = [(f.component, f.ref) for f in known if f.ref]
@@ -221,11 +223,11 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    for key, body, content in bodies:
+    for key, body, owner in bodies:
         repository = get_path(body, "spec.forProvider.chart.repository")
         if isinstance(repository, str) and not mirrors.allowed(repository):
             refuse(key, "chart", repository)
-        for path, ref in _scan(body, content, hosts, mirrors, frozenset(reported.get(key, ()))):
+        for path, ref in _scan(body, owner, hosts, mirrors, frozenset(reported.get(key, ()))):
             refuse(key, path, ref)
     if out:
         head = next((p for p in mirrors.policies if any(not p.allows(r) for r in rejected)), mirrors.policies[0])
