@@ -300,8 +300,10 @@ def _manifest(
         # Unlike Helm values, a manifest is applied as written: null means
         # "not there", so deleted keys go rather than travel as nulls.
         manifest = drop_nulls(manifest)
-    has_images = bool(comp.images) or any(images.pod_containers(manifest))
-    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and has_images
+    # Walk the manifest for pods only when there is something to write into them.
+    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and (
+        bool(comp.images) or any(images.pod_containers(manifest))
+    )
     if rewriting:
         manifest = copy_tree(manifest)
     rules = mirrors.images if rewriting else Rules()
