@@ -31,5 +31,7 @@ def test_floor_comparison_runs() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
     ).stdout
-    assert "ours/floor (steady state):" in out
+    assert "ours/floor (steady state, response memo hit):" in out
+    assert "memo-miss render (new cluster) / floor:" in out
     assert "cold path (plan miss) / cached render:" in out
+    assert "cold full rebuild (changed mirrors) / plan-cached render (new cluster):" in out
