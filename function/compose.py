@@ -261,7 +261,7 @@ class StackRenderer:
         component = planned.component
         target.CopyFrom(self._struct(component))
         if component.xr_fields:
-            manifest = target["spec"]["forProvider"]["manifest"]
+            manifest = _struct_at(target, "spec", "forProvider", "manifest")
             for path, param in component.xr_fields.items():
                 _set_struct_path(manifest, path, xr_params[param])
 
@@ -307,7 +307,7 @@ class StackRenderer:
             desired = into[key]
             body = desired.resource
             self._write_body(body, planned, xr_params)
-            body["spec"]["providerConfigRef"]["name"] = pc_name
+            _struct_at(body, "spec", "providerConfigRef").fields["name"].string_value = pc_name
             if planned.state == UNMANAGED:
                 # Keep the Helm release on the cluster; only stop managing it.
                 body["spec"]["managementPolicies"] = ["Observe"]
@@ -340,7 +340,7 @@ class StackRenderer:
         for key, (api, kind) in consumers.items():
             target = out[provider_config_usage_key(key)]
             _write_ready(target, _provider_config_usage(api, kind, key))
-            target.resource["spec"]["of"]["resourceRef"]["name"] = pc_name
+            _struct_at(target.resource, "spec", "of", "resourceRef").fields["name"].string_value = pc_name
         for planned in plan:
             user = planned.component
             # The Usage stays while its user is on the cluster, even once the
@@ -399,6 +399,14 @@ def _consumer_label(body: struct_pb2.Struct) -> str:
     labels = meta.struct_value.fields.get("labels") if meta else None
     value = labels.struct_value.fields.get(USAGE_CONSUMER_LABEL) if labels else None
     return value.string_value if value else ""
+
+
+def _struct_at(node: struct_pb2.Struct, *keys: str) -> struct_pb2.Struct:
+    """The map at ``keys`` in one of our own bodies, as ``node[k1][k2]...`` reads it, without the SDK's
+    per-step Python wrapper (the hot path writes a few fields into every body of every response)."""
+    for key in keys:
+        node = node.fields[key].struct_value
+    return node
 
 
 def _write_ready(target: fnv1.Resource, body: struct_pb2.Struct) -> None:
