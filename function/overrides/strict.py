@@ -82,24 +82,32 @@ def stack_hosts(stack: Stack) -> frozenset[str]:
     return frozenset(h for h in hosts if h)
 
 
-def _strings(node: Any, path: str, key: str = "") -> Iterator[tuple[str, str, str]]:
-    """(path, nearest map key, text) of every string in a body that could name a registry.
+def _strings(
+    node: Any, path: str, key: str = "", out: list[tuple[str, str, str]] | None = None
+) -> list[tuple[str, str, str]]:
+    """(path, nearest map key, text) of every string in a body that could name a registry, in document order.
 
     A reference counts only when its first segment is a host (``is_host``: a
     dot, a colon or localhost), so a string with none of them holds none: most
-    strings of a body are passed over without tokenizing them.
+    strings of a body are passed over without tokenizing them. Collected into
+    one list (not yielded through every level) and paths made only for what is
+    kept or descended into: this walk covers every string of every rebuilt body.
     """
-    if isinstance(node, str):
-        if "." in node or ":" in node or "localhost" in node.lower():
-            yield path, key, node
-    elif isinstance(node, dict):
-        for k, value in node.items():
-            if isinstance(value, str | dict | list):  # numbers, booleans and null hold no reference
-                yield from _strings(value, f"{path}.{k}" if path else str(k), str(k))
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            if isinstance(item, str | dict | list):
-                yield from _strings(item, f"{path}[{i}]", key)
+    found: list[tuple[str, str, str]] = [] if out is None else out
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, value in items:
+        if isinstance(value, str):
+            if "." in value or ":" in value or "localhost" in value.lower():
+                found.append((_child(path, node, k), str(k) if isinstance(node, dict) else key, value))
+        elif isinstance(value, dict | list):  # numbers, booleans and null hold no reference
+            _strings(value, _child(path, node, k), str(k) if isinstance(node, dict) else key, found)
+    return found
+
+
+def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
+    if isinstance(node, dict):
+        return f"{path}.{k}" if path else str(k)
+    return f"{path}[{k}]"
 
 
 def _references(key: str, text: str, hosts: frozenset[str]) -> Iterator[str]:
