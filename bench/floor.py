@@ -22,7 +22,7 @@ class CannedRunner(grpcv1.FunctionRunnerServiceServicer):
         self.canned = canned
 
     async def RunFunction(  # noqa: N802 - the gRPC method name
-        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
+        self, _req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext | None = None
     ) -> fnv1.RunFunctionResponse:
         return self.canned
 

@@ -211,7 +211,7 @@ class _Representer(SafeRepresenter):
         items = sorted(((str(k), v) for k, v in data.items()), key=lambda kv: _KEY_ORDER(kv[0]))
         return self.represent_mapping("tag:yaml.org,2002:map", items)
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, _data: Any) -> bool:
         return True  # shared sub-objects are written out in full, as JSON round-trips them
 
 
@@ -221,7 +221,7 @@ _Representer.add_representer(dict, _Representer.represent_dict)
 
 
 class _Dumper(Emitter, Serializer, _Representer, _Resolver):
-    def __init__(self, stream: Any, **kwargs: Any) -> None:
+    def __init__(self, stream: Any, **_kwargs: Any) -> None:
         Emitter.__init__(self, stream, allow_unicode=True, width=80, indent=2)
         Serializer.__init__(self)
         _Representer.__init__(self, default_flow_style=False, sort_keys=False)

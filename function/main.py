@@ -12,12 +12,16 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import server, stack
+from function import offline, server, stack
 from function.cache import MIB
 from function.compose import renderer
-from function.fn import FunctionRunner
+from function.errors import InputError
+from function.fn import FunctionRunner, parse_xr, select_stack
 from function.inputs import GRPC_MAX_RECEIVE_BYTES
 from function.model import Accelerator, Cloud
+from function.overrides import explain as explaining  # the module; `explain` is the command
+from function.overrides import pulls
+from function.render_loop import RenderError, dump_yaml, fetch_resources, render_documents, to_jsonable
 from function.validate import validate
 
 
@@ -102,7 +106,7 @@ def cli(
     )
     try:
         server.serve(_runner(ctx), listen)
-    except Exception as err:  # a server that cannot start says why in one line
+    except Exception as err:  # noqa: BLE001 - a server that cannot start (any cause) says why in one line
         _fail(f"cannot serve on {address}: {err}")
 
 
@@ -244,8 +248,6 @@ def render(
     accepted so a crossplane render command line works unchanged: the
     function runs in process.
     """
-    from function import offline
-    from function.render_loop import RenderError, dump_yaml, render_documents
 
     logging.configure(logging.Level.DISABLED)
     xr = _read_one(xr_file, "ServingStack")
@@ -286,10 +288,6 @@ def explain(
     xr_file: Path, required: tuple[Path, ...], input_file: Path | None, only_changed: bool, output: str
 ) -> None:
     """Show, per component, which field comes from the generated stack and which from which EnvironmentConfig."""
-    from function.errors import InputError
-    from function.fn import parse_xr, select_stack
-    from function.overrides import explain as explaining  # the module
-    from function.render_loop import dump_yaml, fetch_resources, to_jsonable
 
     logging.configure(logging.Level.DISABLED)
     supplied = _read_documents(required)
@@ -347,11 +345,6 @@ def _every_stack() -> list[dict[str, Any]]:
 )
 def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: Path | None, output: str) -> None:
     """Print every image and chart the stack(s) will pull, after the EnvironmentConfigs' overrides."""
-    from function.errors import InputError
-    from function.fn import parse_xr, select_stack
-    from function.overrides import explain as explaining
-    from function.overrides import pulls
-    from function.render_loop import fetch_resources, to_jsonable
 
     logging.configure(logging.Level.DISABLED)
     supplied = _read_documents(required)

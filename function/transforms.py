@@ -44,7 +44,7 @@ def apply_transforms(
             transform(xr, resources)
         except InputError as err:
             raise InputError(f"transform {_name(transform)}: {err}") from None
-        except Exception as err:  # a fork's bug is its Fatal, not a crash
+        except Exception as err:  # noqa: BLE001 - a fork's bug, whatever it raises, is its Fatal, not a crash
             raise InputError(f"transform {_name(transform)} failed: {type(err).__name__}: {err}") from None
         if set(resources) != keys:
             added, removed = sorted(set(resources) - keys), sorted(keys - set(resources))

@@ -62,7 +62,7 @@ def _scalar_error(node: yaml.ScalarNode, what: str) -> yaml.constructor.Construc
     )
 
 
-def _construct_bool(loader: _StrictLoader, node: yaml.ScalarNode) -> bool:
+def _construct_bool(_loader: _StrictLoader, node: yaml.ScalarNode) -> bool:
     if node.value not in ("true", "True", "TRUE", "false", "False", "FALSE"):
         raise _scalar_error(node, "YAML 1.1 boolean, a string in Go")
     return str(node.value).lower() == "true"
@@ -81,7 +81,7 @@ def _construct_float(loader: _StrictLoader, node: yaml.ScalarNode) -> float:
     return float(loader.construct_yaml_float(node))
 
 
-def _construct_timestamp(loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
+def _construct_timestamp(_loader: _StrictLoader, node: yaml.ScalarNode) -> Any:
     raise _scalar_error(node, "timestamp")
 
 

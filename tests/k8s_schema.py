@@ -423,7 +423,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _kw_cel(validator: Any, rules: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+def _kw_cel(_validator: Any, rules: Any, instance: Any, _schema: Mapping[str, Any]) -> Iterator[ValidationError]:
     for rule in rules:
         expr = str(rule.get("rule", ""))
         message = str(rule.get("message") or f"failed rule: {expr}")
@@ -442,7 +442,7 @@ def _kw_cel(validator: Any, rules: Any, instance: Any, schema: Mapping[str, Any]
 
 
 def _kw_list_type(
-    validator: Any, list_type: Any, instance: Any, schema: Mapping[str, Any]
+    _validator: Any, list_type: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
     if not isinstance(instance, list):
         return
@@ -471,7 +471,7 @@ def _kw_list_type(
 
 
 def _kw_embedded_metadata(
-    validator: Any, enabled: Any, instance: Any, schema: Mapping[str, Any]
+    _validator: Any, enabled: Any, instance: Any, _schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
     if enabled and isinstance(instance, Mapping) and "metadata" in instance:
         for err in _meta_errors(instance["metadata"], require_name=False, namespaced=None):

@@ -77,7 +77,7 @@ def test_lock_names_the_aicr_release_and_every_stack_query() -> None:
     assert "kgateway" in eks.notTaken
 
 
-def test_lock_text_round_trips(tmp_path: Path) -> None:
+def test_lock_text_round_trips() -> None:
     text = (FACTS_DIR / "aicr" / lock.LOCK_FILE).read_text()
     assert lock.text(lock.read(FACTS_DIR)) == text
 

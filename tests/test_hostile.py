@@ -13,7 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.errors import MAX_MESSAGE_CHARS
 from function.inputs import GRPC_MAX_RECEIVE_BYTES, MAX_DEPTH, MAX_OBJECT_BYTES, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_REQUIREMENT
-from tests.conftest import EXAMPLE, load_docs, make_xr
+from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
 from tests.requests import assert_readable, call, fatal, request, run
 from tests.serve import serving
 
@@ -86,9 +86,9 @@ NON_FINITE: list[tuple[str, Callable[[], fnv1.RunFunctionRequest], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("case", "build", "names"), NON_FINITE, ids=[c[0] for c in NON_FINITE])
+@pytest.mark.parametrize(("build", "names"), [c[1:] for c in NON_FINITE], ids=[c[0] for c in NON_FINITE])
 def test_nan_and_infinity_are_a_fatal_naming_object_and_field(
-    case: str, build: Callable[[], fnv1.RunFunctionRequest], names: str
+    build: Callable[[], fnv1.RunFunctionRequest], names: str
 ) -> None:
     message = assert_readable(run(build()))
     assert message is not None and message.startswith(names), message
@@ -144,7 +144,9 @@ MALFORMED_CONDITIONS = [
 @pytest.mark.parametrize("conditions", MALFORMED_CONDITIONS)
 def test_malformed_observed_conditions_render_as_not_ready(conditions: Any) -> None:
     xr = make_xr("EKS")
-    observed = {o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o for o in _pcs(xr)}
+    observed = {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o for o in provider_configs(xr)
+    }
     observed["cert-manager"] = {"apiVersion": "helm.m.crossplane.io/v1beta1", "kind": "Release",
                                 "status": {"conditions": conditions}}  # fmt: skip
     observed["gateway"] = {"status": {"atProvider": {"manifest": {"status": {"addresses": [{"value": {"x": 1}}]}}}}}
@@ -157,18 +159,14 @@ def test_malformed_observed_conditions_render_as_not_ready(conditions: Any) -> N
 def test_a_ready_condition_with_an_unparseable_time_is_ready() -> None:
     # Only type and status decide; the time is the provider's business.
     xr = make_xr("EKS")
-    observed = {o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o for o in _pcs(xr)}
+    observed = {
+        o["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: o for o in provider_configs(xr)
+    }
     observed["cert-manager"] = {
         "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "x"}]}
     }
     rsp = run(request(xr, observed=observed))
     assert rsp.desired.resources["cert-manager"].ready == fnv1.READY_TRUE
-
-
-def _pcs(xr: dict[str, Any]) -> list[dict[str, Any]]:
-    from tests.conftest import provider_configs
-
-    return provider_configs(xr)
 
 
 def test_a_megabyte_bad_field_gives_a_bounded_fatal_with_an_excerpt() -> None:

@@ -347,7 +347,7 @@ def test_rendered_composed_resources_validate() -> None:
         "metadata": {"name": "demo", "namespace": "team-a"},
     }
 
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = fnv1.RunFunctionResponse()
         release = {k: v for k, v in RELEASE.items() if k != "metadata"}
         release["metadata"] = {"annotations": RELEASE["metadata"]["annotations"]}

@@ -18,6 +18,7 @@ import yaml
 from crossplane.function import resource
 
 from function import legacy
+from function.model import ServingStack
 from function.render_loop import RenderError, RenderResult, grpc_runner, run_pipeline
 from tests.conftest import REPO, desired, provider_configs
 from tests.serve import serving
@@ -94,8 +95,6 @@ def test_a_nebius_identity_means_nebius() -> None:
 
 
 def _parse(raw: dict[str, Any]) -> Any:
-    from function.model import ServingStack
-
     return ServingStack.model_validate(raw)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import acme_fn  # type: ignore[import-not-found, unused-ignore]  # example/fork, on pytest's pythonpath
 import pytest
 import yaml
 from google.protobuf import json_format
@@ -82,7 +83,7 @@ def test_render_raises_on_a_fatal() -> None:
         render(make_xr("Moon"))
 
 
-def _label_all(xr: Any, resources: dict[str, dict[str, Any]]) -> None:
+def _label_all(_xr: Any, resources: dict[str, dict[str, Any]]) -> None:
     for body in resources.values():
         body.setdefault("metadata", {}).setdefault("labels", {})["team"] = "a"
 
@@ -90,7 +91,7 @@ def _label_all(xr: Any, resources: dict[str, dict[str, Any]]) -> None:
 def test_transforms_run_in_order_on_every_response() -> None:
     seen: list[str] = []
 
-    def first(xr: Any, resources: dict[str, dict[str, Any]]) -> None:
+    def first(_xr: Any, resources: dict[str, dict[str, Any]]) -> None:
         seen.append("first")
         assert all("team" in b["metadata"]["labels"] for b in resources.values())
 
@@ -116,7 +117,7 @@ def test_transforms_cannot_add_or_remove_resources(change: Any, message: str) ->
 
 
 def test_transform_input_error_is_a_fatal_naming_it() -> None:
-    def refuse(xr: Any, resources: dict[str, dict[str, Any]]) -> None:
+    def refuse(_xr: Any, _resources: dict[str, dict[str, Any]]) -> None:
         raise InputError("ServingStack team-ml/prod-eu-1: spec.cloud: ACME runs no GKE clusters")
 
     with pytest.raises(RenderError, match=r"transform .*refuse: ServingStack team-ml/prod-eu-1: spec\.cloud"):
@@ -129,8 +130,6 @@ def test_fork_example_is_about_forty_lines() -> None:
 
 def test_fork_hardens_a_value_its_chart_reads() -> None:
     """podSecurityContext is a value the pinned LeaderWorkerSet chart's templates read (facts/charts)."""
-    import acme_fn  # type: ignore[import-not-found, unused-ignore]
-
     component = next(c for c in load_stack("GKE").components if c.key == acme_fn.HARDENED)
     assert component.chart is not None
     inventory = yaml.safe_load(

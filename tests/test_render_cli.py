@@ -63,7 +63,7 @@ def _with_context(*flags: str) -> dict[str, Any]:
     return {"status": status, "context": docs[-1]["fields"], "docs": docs}
 
 
-def test_context_values_and_files(tmp_path: Path) -> None:
+def test_context_values_and_files() -> None:
     key = "apiextensions.crossplane.io/environment"
     from_file = _with_context("--context-files", f"{key}={EXAMPLE / 'context' / 'environment.yaml'}")
     assert from_file["status"]["environmentConfigs"] == [f"context:{key}"]

@@ -193,7 +193,7 @@ def test_fatal_result_raises_with_its_message() -> None:
 def test_fatal_result_stops_the_loop_even_with_changing_requirements() -> None:
     calls = 0
 
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         nonlocal calls
         calls += 1
         rsp = fnv1.RunFunctionResponse()
@@ -210,7 +210,7 @@ def test_fatal_result_stops_the_loop_even_with_changing_requirements() -> None:
 
 
 def test_runner_exception_is_wrapped() -> None:
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         raise ConnectionError("refused")
 
     with pytest.raises(rl.RenderError, match=r'^cannot run pipeline step "s": refused$'):
@@ -221,7 +221,7 @@ def test_empty_requirements_message_counts_as_a_change_once() -> None:
     """Go's proto.Equal(nil, &Requirements{}) is false, so an explicitly empty message costs one more call."""
     calls = 0
 
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         nonlocal calls
         calls += 1
         rsp = fnv1.RunFunctionResponse()
@@ -234,7 +234,7 @@ def test_empty_requirements_message_counts_as_a_change_once() -> None:
 
 
 def test_no_requirements_means_one_call() -> None:
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return fnv1.RunFunctionResponse()
 
     out = asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
@@ -244,7 +244,7 @@ def test_no_requirements_means_one_call() -> None:
 
 
 def test_deprecated_extra_resources_are_fetched_into_extra_resources() -> None:
-    async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = fnv1.RunFunctionResponse()
         sel = rsp.requirements.extra_resources["cfg"]
         sel.api_version, sel.kind, sel.match_name = "v1", "ConfigMap", "unrelated"

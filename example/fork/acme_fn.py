@@ -24,7 +24,7 @@ def label_releases(xr: ServingStack, resources: dict[str, dict[str, Any]]) -> No
             body["metadata"].setdefault("labels", {})[OWNER_LABEL] = xr.metadata.namespace
 
 
-def harden_leader_worker_set(xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
+def harden_leader_worker_set(_xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
     """LeaderWorkerSet's controller runs as a fixed non-root user with the runtime's seccomp profile."""
     release = resources.get(HARDENED)
     if release is None:

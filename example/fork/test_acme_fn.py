@@ -51,7 +51,7 @@ def test_with_the_bank_overrides_too() -> None:
 
 
 def test_a_failing_rule_is_a_fatal() -> None:
-    def broken(xr: Any, resources: dict[str, dict[str, Any]]) -> None:
+    def broken(_xr: Any, _resources: dict[str, dict[str, Any]]) -> None:
         raise KeyError("spec")
 
     with pytest.raises(RenderError, match=r"transform .*broken failed: KeyError"):
