@@ -34,9 +34,8 @@ from function.fn import FunctionRunner
 from function.overrides.collect import CONTEXT_KEY
 from function.overrides.document import DOCUMENT_KEY
 from function.render_loop import grpc_runner, run_pipeline
-from tests.serve import serving
+from tests.serve import REPO, serving
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"
 BANK = EXAMPLE / "environmentconfigs" / "regulated-bank.yaml"
 

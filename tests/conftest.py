@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from function.fn import FunctionRunner
 from function.render_loop import RenderResult, run_pipeline
 from generator.refresh import DEFAULT_SHARED
 from tests import k8s_schema
+from tests.serve import REPO, serving
 
 # Hypothesis profiles: "ci" (./dev test) runs the same cases every time; "long"
 # (./dev fuzz) runs over 10,000 cases through tests/test_fuzz.py. Neither has
@@ -33,7 +37,6 @@ for _profile, _examples in (("ci", 60), ("long", 2200)):
 PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 settings.load_profile(PROFILE)
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "example"
 
 
@@ -133,6 +136,25 @@ def run_once(xr: dict[str, Any], observed: list[dict[str, Any]] | None = None) -
     for name in first.requirements.resources:
         req.required_resources[name].CopyFrom(fnv1.Resources())
     return asyncio.run(FunctionRunner().RunFunction(req))
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The function's CLI in a subprocess, as a user runs it; a hang fails after a minute."""
+    return subprocess.run(
+        [sys.executable, "-m", "function.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """A function server over insecure gRPC on loopback, one per test module."""
+    with serving(["function.main", "--insecure"]) as (target, _):
+        yield target
 
 
 @pytest.fixture(scope="session")

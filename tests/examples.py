@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 
 import yaml
 from click.testing import CliRunner
 
 from function.main import cli
+from tests.serve import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 EXPECTED = REPO / "example" / "expected"
 
 

@@ -8,25 +8,14 @@ tests/test_chart_images.py.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import pytest
-import yaml
 
-from generator.build import REPO
-from generator.stackfile import Charts, ImageSpec, PdbSpec, read
+from generator.stackfile import ImageSpec, PdbSpec
+from tests.support.charts import CHARTS, inventory
 
-FACTS = REPO / "facts" / "charts"
-CHARTS = read(REPO / "stacks" / "charts.yaml", Charts).charts
 _MISSING = object()
-
-
-@cache
-def inventory(chart: str) -> dict[str, Any]:
-    facts = CHARTS[chart]
-    data: dict[str, Any] = yaml.safe_load((FACTS / f"{chart}-{facts.version}.yaml").read_text())
-    return data
 
 
 def value(chart: str, path: str) -> Any:

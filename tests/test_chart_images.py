@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,10 +26,9 @@ from function.paths import get_path
 from function.values import deep_merge, drop_nulls
 from generator.stackfile import ChartFacts, Charts, NotDeployed, read
 from tests.conftest import desired, make_xr
-from tests.test_overrides import PAIRS, ec, overridden
-from tests.test_strict import BANK_HOST, bank, policy_input
+from tests.serve import REPO
+from tests.support.overrides import BANK_HOST, PAIRS, bank, ec, overridden, policy_input
 
-REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "facts" / "charts"
 CHARTS = read(REPO / "stacks" / "charts.yaml", Charts).charts
 

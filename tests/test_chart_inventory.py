@@ -9,8 +9,8 @@ import yaml
 
 from generator import chart_inventory as ci
 from tests.conftest import reference_source
+from tests.serve import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "facts" / "charts"
 
 

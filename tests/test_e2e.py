@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -17,14 +14,8 @@ from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1bet
 from function import stack
 from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
 from tests import k8s_schema
-from tests.conftest import REPO, desired, make_xr, provider_configs, render
-from tests.serve import free_port, serving
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
+from tests.conftest import cli, desired, make_xr, provider_configs, render
+from tests.serve import REPO, free_port
 
 
 def render_over_grpc(target: str, xr: dict[str, Any], **kwargs: Any) -> RenderResult:
@@ -94,19 +85,8 @@ def test_v1beta1_clients_are_served(server: str) -> None:
     assert [r.severity for r in rsp.results if r.severity == fnv1beta1.SEVERITY_FATAL] == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "function.main", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_cli_without_transport_security_choice_fails_in_one_line() -> None:
-    out = _cli("--address", f"127.0.0.1:{free_port()}")
+    out = cli("--address", f"127.0.0.1:{free_port()}")
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         "function: either --insecure or --tls-certs-dir (TLS_SERVER_CERTS_DIR) is required"
@@ -114,31 +94,31 @@ def test_cli_without_transport_security_choice_fails_in_one_line() -> None:
 
 
 def test_cli_with_missing_tls_certificates_fails_in_one_line(tmp_path: Any) -> None:
-    out = _cli("--tls-certs-dir", str(tmp_path), "--address", f"127.0.0.1:{free_port()}")
+    out = cli("--tls-certs-dir", str(tmp_path), "--address", f"127.0.0.1:{free_port()}")
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()
     assert line.startswith(f"function: cannot read TLS certificates from {tmp_path}")
 
 
 def test_cli_on_a_busy_address_fails_in_one_line(server: str) -> None:
-    out = _cli("--insecure", "--address", server)
+    out = cli("--insecure", "--address", server)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1].startswith(f"function: cannot serve on {server}")
 
 
 def test_cli_render_prints_what_crossplane_render_prints() -> None:
-    out = _cli("render", "example/xr.yaml", "--observed", "example/observed/")
+    out = cli("render", "example/xr.yaml", "--observed", "example/observed/")
     assert out.returncode == 0, out.stderr
     docs = out.stdout.split("\n---\n")
     assert docs[0].startswith("---\napiVersion: infrastructure.modelplane.ai/v1alpha1\nkind: ServingStack")
     assert "crossplane.io/composition-resource-name: ai-gateway\n" in docs[1]
-    assert _cli("render", "example/xr.yaml", "--observed", "example/observed/").stdout == out.stdout
+    assert cli("render", "example/xr.yaml", "--observed", "example/observed/").stdout == out.stdout
 
 
 def test_cli_render_of_a_bad_xr_fails_in_one_line(tmp_path: Any) -> None:
     bad = tmp_path / "xr.yaml"
     bad.write_text((REPO / "example" / "xr.yaml").read_text().replace("cloud: GKE", "cloud: Moon"))
-    out = _cli("render", str(bad))
+    out = cli("render", str(bad))
     assert out.returncode == 1
     [line] = out.stderr.strip().splitlines()
     assert "spec.cloud" in line and "Moon" in line

@@ -7,23 +7,14 @@ it back as the observed composite (render_documents builds it the same way).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.events import MESSAGE_MAX, WARNINGS_CONDITION, warnings_message
 from function.render_loop import RenderResult, grpc_runner, render_documents, run_pipeline
 from tests.conftest import make_xr, provider_configs
-from tests.serve import serving
-from tests.test_overrides import ec
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
+from tests.support.overrides import ec
 
 
 def reconcile(target: str, xr: dict[str, Any], configs: list[dict[str, Any]]) -> tuple[RenderResult, dict[str, Any]]:

@@ -12,7 +12,7 @@ from function.render_loop import grpc_runner, render_documents, run_composition,
 from tests import k8s_schema
 from tests.conftest import EXAMPLE, XRD, load_docs
 from tests.serve import serving
-from tests.test_legacy import SHAPES
+from tests.support.legacy import SHAPES
 
 
 @pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])

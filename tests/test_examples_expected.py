@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests import examples
+from tests.serve import REPO
 
 
 @pytest.mark.parametrize("name", sorted(examples.cases()))
@@ -21,7 +22,7 @@ def test_no_file_without_a_case() -> None:
 
 def test_each_environment_config_shows_in_some_case() -> None:
     """Every example EnvironmentConfig is applied in at least one expected output."""
-    configs = {p.stem for p in (examples.REPO / "example" / "environmentconfigs").glob("*.yaml")}
+    configs = {p.stem for p in (REPO / "example" / "environmentconfigs").glob("*.yaml")}
     texts = "".join(p.read_text() for p in examples.EXPECTED.glob("*+*.yaml"))
     for name in configs:
         assert f"- {name}\n" in texts, name

@@ -29,7 +29,6 @@ from function.model import Accelerator, Cloud
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_LABEL, DEFAULT_REQUIREMENT, INPUT_API_VERSION
 from tests.conftest import EXAMPLE, PROFILE, load_docs, make_xr, provider_configs
 from tests.requests import ANNOTATION, assert_readable, call, request, run
-from tests.serve import serving
 
 # gRPC cases per profile (the in-process counts are the profiles' max_examples, tests/conftest.py).
 OVER_GRPC = {"ci": 15, "long": 300}[PROFILE]
@@ -375,12 +374,6 @@ def test_any_context_and_input_render_or_are_a_readable_fatal(
 def test_any_observed_state_renders_or_is_a_readable_fatal(data: st.DataObject) -> None:
     xr = make_xr(data.draw(st.sampled_from(["EKS", "Existing"])))
     _record(run(request(xr, observed=data.draw(observed(xr)))))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def test_over_grpc_any_request_renders_or_is_a_readable_fatal(server: str) -> None:

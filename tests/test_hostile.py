@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -15,17 +15,10 @@ from function.inputs import GRPC_MAX_RECEIVE_BYTES, MAX_DEPTH, MAX_OBJECT_BYTES,
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_REQUIREMENT
 from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
 from tests.requests import assert_readable, call, fatal, request, run
-from tests.serve import serving
 
 BANK = load_docs(EXAMPLE / "environmentconfigs" / "regulated-bank.yaml")[0]
 NAN, INF = float("nan"), float("inf")
 INPUT = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input"}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def _xr(**change: Any) -> dict[str, Any]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -13,20 +11,14 @@ from function.model import Accelerator, Cloud
 from function.overrides import pulls
 from function.overrides.document import Document, Found, OverrideDocument
 from function.overrides.images import qualify, split_reference
+from tests.conftest import cli
 
-REPO = Path(__file__).resolve().parents[1]
 BANK = "example/environmentconfigs/regulated-bank.yaml"
 MIRROR = "artifactory.bank.example"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "function.main", "images", *args], cwd=REPO, capture_output=True, text=True, check=False
-    )
-
-
 def _lines(*args: str) -> list[str]:
-    out = _cli(*args)
+    out = cli("images", *args)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -70,7 +62,7 @@ def test_pairs_name_upstream_and_mirror() -> None:
 
 def test_skopeo_sync_puts_every_image_where_the_mirror_rules_point() -> None:
     mirrored = {line.split(" ", 1)[1] for line in _lines("-e", BANK) if line.startswith("image ")}
-    out = _cli("-e", BANK, "--format", "skopeo")
+    out = cli("images", "-e", BANK, "--format", "skopeo")
     assert out.returncode == 0, out.stderr
     placed = set()
     for text in out.stdout.split("---\n"):
@@ -93,7 +85,7 @@ def test_skopeo_refuses_a_rule_it_cannot_reproduce(tmp_path: Path) -> None:
     }
     file = tmp_path / "deep.yaml"
     file.write_text(yaml.safe_dump(doc))
-    out = _cli("--xr", "example/xr.yaml", "-e", str(file), "--format", "skopeo")
+    out = cli("images", "--xr", "example/xr.yaml", "-e", str(file), "--format", "skopeo")
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "use --format pairs" in out.stderr
 
@@ -106,7 +98,7 @@ def test_a_strict_failure_exits_non_zero_in_one_line(tmp_path: Path) -> None:
     }
     file = tmp_path / "input.yaml"
     file.write_text(yaml.safe_dump(policy))
-    out = _cli("--xr", "example/xr.yaml", "--input", str(file))
+    out = cli("images", "--xr", "example/xr.yaml", "--input", str(file))
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.startswith("function: prod-eu-1: function Input: spec.registry.strict: no override document")
     assert out.stderr.count("\n") == 1

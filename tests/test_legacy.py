@@ -10,54 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from crossplane.function import resource
 
 from function import legacy
 from function.model import ServingStack
 from function.render_loop import RenderError, RenderResult, grpc_runner, run_pipeline
-from tests.conftest import REPO, desired, provider_configs
-from tests.serve import serving
-
-V031 = yaml.safe_load((REPO / "facts" / "v0.3.1.yaml").read_text())
-KUBECONFIG = {"type": "Kubeconfig", "name": "c-kubeconfig", "key": "kubeconfig"}
-
-
-def v031_xr(*identity: dict[str, Any], driver_root: str | None = None) -> dict[str, Any]:
-    """A ServingStack as v0.3.1's InferenceCluster writes it and its XRD's defaults leave it."""
-    xrd = V031["servingStack"]
-    spec: dict[str, Any] = {
-        "secrets": [KUBECONFIG, *identity],
-        "nvidiaDriverRoot": driver_root or xrd["nvidiaDriverRootDefault"],
-        "versions": copy.deepcopy(xrd["versionDefaults"]),
-        "gateway": {"className": "envoy", "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]},
-    }
-    return {
-        "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
-        "kind": "ServingStack",
-        "metadata": {"name": "c-serving-stack-1a2b3", "namespace": "modelplane-system"},
-        "spec": spec,
-    }
-
-
-GKE = v031_xr(
-    {"type": "GoogleApplicationCredentials", "name": "c-gcp", "key": "credentials.json"},
-    driver_root=legacy.GKE_DRIVER_ROOT,
-)
-EKS = v031_xr({"type": "AWSWebIdentityCredentials", "name": "c-aws", "key": "token"})
-NEBIUS = v031_xr({"type": "NebiusServiceAccountCredentials", "name": "c-nb", "key": "sa.json", "namespace": "x"})
-KUBECONFIG_ONLY = v031_xr()  # v0.3.1's EKS, AKS, Vultr and Existing clusters
-SHAPES = {"GKE": GKE, "EKS": EKS, "Nebius": NEBIUS, "kubeconfig-only": KUBECONFIG_ONLY}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
+from tests.conftest import desired, provider_configs
+from tests.support.legacy import EKS, GKE, KUBECONFIG_ONLY, NEBIUS, V031, v031_xr
 
 
 def over_grpc(target: str, xr: dict[str, Any]) -> RenderResult:

@@ -24,8 +24,8 @@ from function.library import (
 )
 from function.render_loop import dump_yaml, grpc_runner, run_pipeline
 from tests import k8s_schema
-from tests.conftest import EXAMPLE, REPO, load_docs, make_xr, provider_configs
-from tests.serve import serving
+from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
+from tests.serve import REPO, serving
 
 FORK = EXAMPLE / "fork"
 

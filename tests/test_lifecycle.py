@@ -29,19 +29,12 @@ from function import stack
 from function.compose import HELM_PC, KUBERNETES_PC, label_value
 from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
 from tests.conftest import desired, make_xr, observed_as
-from tests.serve import serving
-from tests.test_overrides import ec
+from tests.support.overrides import ec
 
 USAGE = "protection.crossplane.io/v1beta1/Usage"
 # k8s.io/apimachinery/pkg/util/validation/validation.go, IsValidLabelValue:
 # at most 63 characters, alphanumeric at both ends, - _ . inside.
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def reconcile(

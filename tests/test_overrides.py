@@ -1,8 +1,4 @@
-"""The override layer end to end through the function, on the real generated stacks.
-
-Helpers here (``ec``, ``overridden``, ``mirror_all``) are shared by the other
-``test_overrides_*`` modules.
-"""
+"""The override layer end to end through the function, on the real generated stacks."""
 
 from __future__ import annotations
 
@@ -10,57 +6,11 @@ import copy
 from typing import Any
 
 import pytest
-from crossplane.function import resource
 
-from function import stack
 from function.compose import OVERRIDDEN_BY
 from function.overrides.collect import DEFAULT_LABEL
-from function.render_loop import RenderError, RenderResult
 from tests.conftest import desired, make_xr, observed_as, provider_configs, render
-
-PAIRS = stack.available()
-ENV_API = "apiextensions.crossplane.io/v1beta1"
-
-
-def ec(name: str, doc: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """An EnvironmentConfig carrying an override document (default label unless told)."""
-    return {
-        "apiVersion": ENV_API,
-        "kind": "EnvironmentConfig",
-        "metadata": {"name": name, "labels": {DEFAULT_LABEL: "true"} if labels is None else labels},
-        "data": {"servingStack": doc},
-    }
-
-
-def overridden(
-    xr: dict[str, Any], *configs: dict[str, Any], observed: list[dict[str, Any]] | None = None, **kw: Any
-) -> RenderResult:
-    return render(xr, observed=observed, required=list(configs), **kw)
-
-
-def mirror_all(strict: bool = True) -> dict[str, Any]:
-    return {
-        "registry": {
-            "charts": [{"from": "*", "to": "oci://mirror.example.com/charts"}],
-            "images": [{"from": "*", "to": "mirror.example.com/hub"}],
-            "strict": strict,
-        }
-    }
-
-
-def stack_status(result: RenderResult) -> dict[str, Any]:
-    status: dict[str, Any] = resource.struct_to_dict(result.desired.composite.resource)["status"]["stack"]
-    return status
-
-
-def messages(result: RenderResult) -> list[str]:
-    return [r.message for r in result.results]
-
-
-def fatal(xr: dict[str, Any], *configs: dict[str, Any], **kw: Any) -> str:
-    with pytest.raises(RenderError) as err:
-        overridden(xr, *configs, **kw)
-    return str(err.value)
+from tests.support.overrides import ENV_API, ec, fatal, messages, mirror_all, overridden, stack_status
 
 
 def test_no_environment_config_renders_exactly_the_generated_stack() -> None:

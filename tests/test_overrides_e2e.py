@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,19 +11,11 @@ import yaml
 
 from function.render_loop import RenderResult, grpc_runner, render_documents, run_pipeline
 from tests import k8s_schema
-from tests.conftest import EXAMPLE, REPO, desired, load_docs, make_xr, provider_configs, render
-from tests.serve import serving
-from tests.test_overrides import PAIRS, ec, overridden, stack_status
+from tests.conftest import EXAMPLE, cli, desired, load_docs, make_xr, provider_configs, render
+from tests.support.overrides import INPUT_CRD, PAIRS, ec, overridden, stack_status
 
 EXAMPLES = load_docs(EXAMPLE / "environmentconfigs")
 BANK = next(d for d in EXAMPLES if d["metadata"]["name"] == "regulated-bank")
-INPUT_CRD = REPO / "package" / "input" / "servingstack.fn.modelplane.ai_inputs.yaml"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def over_grpc(target: str, xr: dict[str, Any], required: list[dict[str, Any]], **kw: Any) -> RenderResult:
@@ -119,14 +108,8 @@ def test_example_input_crd_accepts_the_inputs_the_function_accepts() -> None:
     assert stack_status(result)["environmentConfigs"] == ["bank"]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "function.main", *args], cwd=REPO, capture_output=True, text=True, check=False
-    )
-
-
 def test_cli_explain_names_the_source_of_every_field() -> None:
-    out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/")
+    out = cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "EnvironmentConfigs applied, in order: regulated-bank, prod-hold" in text
@@ -135,17 +118,17 @@ def test_cli_explain_names_the_source_of_every_field() -> None:
     lines = {line.split()[0]: line for line in section.splitlines() if line.startswith("  ")}
     assert lines["chart.version"].endswith("[prod-hold]")
     assert "[generated]" in lines["values.crds.keep"]
-    changed = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "--only-changed").stdout
+    changed = cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "--only-changed").stdout
     assert "[generated]" not in changed and "gateway-namespace" not in changed
 
 
 def test_cli_explain_yaml_and_errors() -> None:
-    out = _cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "-O", "yaml")
+    out = cli("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "-O", "yaml")
     data = yaml.safe_load(out.stdout)
     assert data["environmentConfigs"] == ["regulated-bank", "prod-hold"]
     cm = next(c for c in data["components"] if c["name"] == "cert-manager")
     assert {"path": "chart.version", "value": "v1.17.1", "from": "prod-hold"} in cm["fields"]
-    plain = yaml.safe_load(_cli("explain", "example/xr.yaml", "-O", "yaml").stdout)
+    plain = yaml.safe_load(cli("explain", "example/xr.yaml", "-O", "yaml").stdout)
     assert plain["environmentConfigs"] == [] and all(
         f["from"] == "generated" for c in plain["components"] for f in c["fields"]
     )
@@ -154,13 +137,13 @@ def test_cli_explain_yaml_and_errors() -> None:
 def test_cli_explain_of_a_bad_document_fails_in_one_line(tmp_path: Any) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(ec("bad", {"components": {"nope": {}}})))
-    out = _cli("explain", "example/xr.yaml", "-e", str(bad))
+    out = cli("explain", "example/xr.yaml", "-e", str(bad))
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "EnvironmentConfig bad: data.servingStack.components.nope" in out.stderr
 
 
 def test_cli_render_takes_environment_config_files() -> None:
-    out = _cli("render", "example/xr.yaml", "-o", "example/observed/", "-e", "example/environmentconfigs/", "-r")
+    out = cli("render", "example/xr.yaml", "-o", "example/observed/", "-e", "example/environmentconfigs/", "-r")
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
     release = next(

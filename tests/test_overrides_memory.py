@@ -11,7 +11,6 @@ import asyncio
 import copy
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,12 @@ from function.render_loop import (
     run_pipeline,
 )
 from tests import k8s_schema
-from tests.conftest import EXAMPLE, REPO, desired, load_docs, make_xr, provider_configs, render
-from tests.serve import serving
-from tests.test_overrides import ec, fatal, overridden, stack_status
+from tests.conftest import EXAMPLE, desired, load_docs, make_xr, provider_configs, render
+from tests.serve import REPO
+from tests.support.overrides import ec, fatal, overridden, stack_status
 
 EXAMPLES = {d["metadata"]["name"]: d for d in load_docs(EXAMPLE / "environmentconfigs")}
 WARNING, NORMAL = 2, 3
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def lab_xr(labels: dict[str, str] | None = None) -> dict[str, Any]:

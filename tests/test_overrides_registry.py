@@ -19,7 +19,7 @@ from function.overrides.registry import Rule, Rules, rewrite_chart_repository, r
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
 from tests.conftest import desired, make_xr, render
-from tests.test_overrides import PAIRS, ec, fatal, mirror_all, overridden
+from tests.support.overrides import PAIRS, ec, fatal, mirror_all, overridden
 
 MIRROR = "mirror.example.com/hub"
 CHART_MIRROR = "oci://mirror.example.com/charts"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import desired, make_xr
-from tests.test_overrides import PAIRS, ec, fatal, messages, overridden, stack_status
+from tests.support.overrides import PAIRS, ec, fatal, messages, overridden, stack_status
 
 WARNING, NORMAL = 2, 3
 

@@ -8,8 +8,9 @@ import sys
 
 import yaml
 
-from tests.conftest import EXAMPLE, REPO, load_docs
+from tests.conftest import EXAMPLE, load_docs
 from tests.k8s_schema import CRDIndex
+from tests.serve import REPO
 
 EXTRA_CRDS = REPO / "facts" / "extra-crds"
 

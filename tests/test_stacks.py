@@ -18,8 +18,8 @@ from function.paths import get_path
 from function.values import drop_nulls
 from generator.stackfile import NameFacts
 from tests.conftest import desired, make_xr, render
-from tests.test_chart_facts import CHARTS, FACTS, inventory
-from tests.test_overrides import ec, fatal, mirror_all
+from tests.support.charts import CHARTS, FACTS, inventory
+from tests.support.overrides import ec, fatal, mirror_all
 
 NVIDIA_CLOUDS = sorted(c for c, a in STACKS if a == "NVIDIA")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,34 +11,9 @@ from function.paths import get_path
 from function.render_loop import RenderResult, grpc_runner, run_pipeline
 from tests import k8s_schema
 from tests.conftest import desired, make_xr, provider_configs
-from tests.serve import serving
-from tests.test_overrides import PAIRS, ec, fatal, overridden
-from tests.test_overrides_e2e import INPUT_CRD
+from tests.support.overrides import BANK_HOST, INPUT_CRD, PAIRS, bank, ec, fatal, overridden, policy_input
 
-BANK_HOST = "mirror.bank.internal"
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
-
-
-def bank(**registry: Any) -> dict[str, Any]:
-    """The bank's mirror document: every chart and image into mirror.bank.internal, strict."""
-    return {
-        "priority": 10,
-        "registry": {
-            "charts": [{"from": "*", "to": f"oci://{BANK_HOST}/charts"}],
-            "images": [{"from": "nvcr.io", "to": f"{BANK_HOST}/nvcr"}, {"from": "*", "to": f"{BANK_HOST}/hub"}],
-            "imagePullSecrets": ["bank-pull"],
-            "strict": True,
-            **registry,
-        },
-    }
-
-
-def policy_input(strict: bool = True, allowed: tuple[str, ...] = (BANK_HOST,)) -> dict[str, Any]:
-    return {
-        "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
-        "kind": "Input",
-        "spec": {"registry": {"strict": strict, "allowedRegistries": list(allowed)}},
-    }
 
 
 # --------------------------------------------------------------------------- #
@@ -265,12 +239,6 @@ def test_the_input_policy_refuses_a_document_mirroring_elsewhere() -> None:
 
 def test_an_input_policy_switched_off_imposes_nothing() -> None:
     overridden(make_xr("GKE"), input=policy_input(strict=False))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with serving(["function.main", "--insecure"]) as (target, _):
-        yield target
 
 
 def _over_grpc(target: str, xr: dict[str, Any], required: list[dict[str, Any]], **kw: Any) -> RenderResult:

@@ -14,7 +14,7 @@ from function.compose import USAGE_CONSUMER_LABEL, provider_config_usage_key
 from function.model import Accelerator, Cloud
 from function.values import deep_merge
 from generator.refresh import DEFAULT_SHARED
-from tests.conftest import REPO
+from tests.serve import REPO
 from upgrading import compare as upgrading
 
 V031 = upgrading.load_yaml(upgrading.FACTS / "v0.3.1.yaml")
