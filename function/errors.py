@@ -39,6 +39,10 @@ def field_path(loc: tuple[int | str, ...], prefix: str = "") -> str:
     return path
 
 
+# How pydantic refuses an unknown field: a model's extra="forbid", a dataclass's (function.stack) constructor.
+_UNKNOWN_FIELD = ("extra_forbidden", "unexpected_keyword_argument")
+
+
 def describe(err: ValidationError, obj: str, prefix: str = "") -> str:
     """``<obj>: <field>: <problem> (got <value>)`` for each error, joined by ``; ``; values as excerpts."""
     problems = []
@@ -46,9 +50,9 @@ def describe(err: ValidationError, obj: str, prefix: str = "") -> str:
     for e in errors[:MAX_PROBLEMS]:
         where = excerpt(field_path(tuple(e["loc"]), prefix) or "(document)")
         message = excerpt(e["msg"].removeprefix("Value error, "), 2 * EXCERPT_CHARS)
-        if e["type"] == "extra_forbidden":
+        if e["type"] in _UNKNOWN_FIELD:
             message = "unknown field"
-        got = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {excerpt(repr(e['input']))})"
+        got = "" if e["type"] == "missing" or e["type"] in _UNKNOWN_FIELD else f" (got {excerpt(repr(e['input']))})"
         problems.append(f"{where}: {message}{got}")
     if len(errors) > MAX_PROBLEMS:
         problems.append(f"and {len(errors) - MAX_PROBLEMS} more problems")

@@ -1,9 +1,18 @@
-"""The generated stacks, as the runtime sees them.
+"""The generated stacks: their schema, and loading them.
 
-A generated module (``function/generated/<stack id>.py``) holds one plain ``STACK``
-literal written by the generator; this module turns it into typed, frozen
-objects once per process and answers which stack serves a cloud/accelerator
-pair.
+The dataclasses below are the one definition of a stack's shape. The generator
+builds them from ``stacks/`` and writes them (:func:`to_data`) as plain literals
+into ``function/generated/<stack id>.py``; the runtime reads those literals back
+through the same classes (:func:`from_data`), once per process, and answers
+which stack serves a cloud/accelerator pair.
+
+Why frozen stdlib dataclasses validated by pydantic rather than pydantic
+models: the render path reads these objects on every request and the override
+layer makes changed copies (``dataclasses.replace``) when it plans; plain
+dataclasses keep both at the cost of an attribute read and a constructor call,
+with no validation on each copy, while pydantic validates them from generated
+data (and, for the image shape, from ``stacks/charts.yaml``) with
+``extra="forbid"``. Field names are snake_case here and camelCase in the data.
 """
 
 from __future__ import annotations
@@ -11,10 +20,18 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
 
 from function.__version__ import __version__
+from function.errors import describe
 from function.model import Accelerator, Cloud
+
+# Unknown fields are refused (a typo in stacks/charts.yaml, or generated data
+# from another generator version), and fields go by their camelCase data name only.
+_SCHEMA = ConfigDict(extra="forbid", alias_generator=to_camel, validate_by_name=False, validate_by_alias=True)
 
 
 @dataclass(frozen=True)
@@ -25,19 +42,24 @@ class ImageRef:
     ``host/path`` repository, or a registry prefix plus a repository name.
     """
 
+    __pydantic_config__ = _SCHEMA
+
     name: str
     ref: str | None = None
     registry: str | None = None
     repository: str | None = None
     tag: str | None = None
-    default: dict[str, str | None] = field(default_factory=dict)
-    # What the controller uses when the value is empty (set in code, not in the chart).
+    default: dict[str, str | None] = field(default_factory=dict)  # None: key exists, default not verified
+    # What a controller uses when the value is empty (set in code, not in the
+    # chart): same keys as ``default``; the comment beside it names the source.
     builtin: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class PdbPaths:
     """Value paths of a chart's PodDisruptionBudget switch and budget."""
+
+    __pydantic_config__ = _SCHEMA
 
     enabled: str | None = None
     min_available: str | None = None
@@ -46,6 +68,8 @@ class PdbPaths:
 
 @dataclass(frozen=True)
 class ChartRef:
+    __pydantic_config__ = _SCHEMA
+
     name: str
     repository: str
     version: str
@@ -55,20 +79,34 @@ class ChartRef:
 
 @dataclass(frozen=True)
 class Component:
-    """One composed resource of a stack: a Helm Release or a raw manifest Object."""
+    """One composed resource of a stack: a Helm Release or a raw manifest Object.
+
+    Fields in reading order (the generated modules keep it): what it is, where
+    it comes from, what it installs, then where the chart takes what the
+    override layer sets.
+    """
+
+    __pydantic_config__ = _SCHEMA
 
     key: str
-    kind: str  # "Release" or "Object"
+    kind: Literal["Release", "Object"]
     origin: str  # "aicr:<component>" or "platform", for status and explain
-    depends_on: tuple[str, ...] = ()
-    # Its finalizers are processed by controllers it depends on: every
-    # dependency must outlive it (a Usage orders the deletion).
-    finalized_by_dependencies: bool = False
     # Release only
     chart: ChartRef | None = None
     release_name: str = ""
     namespace: str = ""
+    depends_on: tuple[str, ...] = ()
+    # Its finalizers are processed by controllers it depends on: every
+    # dependency must outlive it (a Usage orders the deletion).
+    finalized_by_dependencies: bool = False
+    # Object only
+    readiness: dict[str, str] = field(default_factory=dict)
+    # Manifest fields filled from the XR at render time: manifest path -> parameter name.
+    xr_fields: dict[str, str] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    # Release only
     values: dict[str, Any] = field(default_factory=dict)
+    # images and image_pull_secrets are manifest paths on an Object
     images: tuple[ImageRef, ...] = ()
     replicas: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
@@ -77,11 +115,11 @@ class Component:
     image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
     image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
     image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
-    # Object only (images and image_pull_secrets above are manifest paths there)
-    manifest: dict[str, Any] = field(default_factory=dict)
-    readiness: dict[str, str] = field(default_factory=dict)
-    # Manifest fields filled from the XR at render time: manifest path -> parameter name.
-    xr_fields: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A Release renders from its chart, an Object from its manifest: either missing renders nothing.
+        if self.is_release != (self.chart is not None) or (not self.is_release and not self.manifest):
+            raise ValueError(f"component {self.key}: a Release needs a chart, an Object a manifest and no chart")
 
     @property
     def is_release(self) -> bool:
@@ -90,10 +128,11 @@ class Component:
 
 @dataclass(frozen=True)
 class DriverSource:
-    """Who installs the GPU driver on this stack's nodes, and where it lands."""
+    """Who installs the GPU driver on this stack's nodes, and how the operator takes per-pool drivers."""
 
-    source: str  # "node-image" or "gpu-operator"
-    root: str
+    __pydantic_config__ = _SCHEMA
+
+    source: Literal["node-image", "gpu-operator"]
     operator: str = ""  # key of the component that reconciles driver resources
     # Template of a per-pool driver custom resource (NVIDIADriver / DeviceConfig).
     resource: dict[str, Any] = field(default_factory=dict)
@@ -108,83 +147,59 @@ class DriverSource:
     image_path: str = ""
 
 
+@dataclass(frozen=True)
+class AicrProvenance:
+    """The AICR release a stack was resolved from, the query it asked and the overlays that applied."""
+
+    __pydantic_config__ = _SCHEMA
+
+    version: str
+    commit: str
+    query: dict[str, str]
+    applied_overlays: tuple[str, ...]  # "base" first, in merge order
+
+
+@dataclass(frozen=True)
+class Provenance:
+    __pydantic_config__ = _SCHEMA
+
+    generator: str
+    aicr: AicrProvenance
+
+
 @dataclass(frozen=True, eq=False)  # identity-hashed: cached renderers are keyed by it
 class Stack:
+    __pydantic_config__ = _SCHEMA
+
     id: str
     cloud: str
     accelerator: str
-    provenance: dict[str, Any]
+    provenance: Provenance
     driver: DriverSource
     components: tuple[Component, ...]
 
 
-def _image(raw: dict[str, Any]) -> ImageRef:
-    return ImageRef(
-        name=raw["name"],
-        ref=raw.get("ref"),
-        registry=raw.get("registry"),
-        repository=raw.get("repository"),
-        tag=raw.get("tag"),
-        default=dict(raw.get("default", {})),
-        builtin=dict(raw.get("builtin", {})),
+class StackDataError(Exception):
+    """Generated stack data that does not fit the schema: a generator bug or a hand-edited module."""
+
+
+_STACK = TypeAdapter(Stack)
+
+
+def from_data(data: Any, where: str) -> Stack:
+    """A stack from its generated data, validated against the schema; ``where`` names it in errors."""
+    try:
+        return _STACK.validate_python(data)
+    except ValidationError as err:
+        raise StackDataError(describe(err, where)) from None
+
+
+def to_data(value: Stack | Component | DriverSource | Provenance) -> dict[str, Any]:
+    """What the generator writes: camelCase names, lists for tuples, defaults and None left out."""
+    data: dict[str, Any] = TypeAdapter(type(value)).dump_python(
+        value, mode="json", by_alias=True, exclude_defaults=True, exclude_none=True
     )
-
-
-def _component(raw: dict[str, Any]) -> Component:
-    chart = raw.get("chart")
-    return Component(
-        key=raw["key"],
-        kind=raw["kind"],
-        origin=raw["origin"],
-        depends_on=tuple(raw.get("dependsOn", ())),
-        finalized_by_dependencies=raw.get("finalizedByDependencies", False),
-        chart=ChartRef(**chart) if chart else None,
-        release_name=raw.get("releaseName", ""),
-        namespace=raw.get("namespace", ""),
-        values=raw.get("values", {}),
-        images=tuple(_image(i) for i in raw.get("images", ())),
-        replicas=tuple(raw.get("replicas", ())),
-        resources=tuple(raw.get("resources", ())),
-        pod_disruption_budgets=tuple(
-            PdbPaths(
-                enabled=pdb.get("enabled"),
-                min_available=pdb.get("minAvailable"),
-                max_unavailable=pdb.get("maxUnavailable"),
-            )
-            for pdb in raw.get("podDisruptionBudgets", ())
-        ),
-        image_pull_secrets=tuple(raw.get("imagePullSecrets", ())),
-        image_pull_secret_names=tuple(raw.get("imagePullSecretNames", ())),
-        image_pull_secret_name=tuple(raw.get("imagePullSecretName", ())),
-        image_pull_secret_ref=tuple(raw.get("imagePullSecretRef", ())),
-        manifest=raw.get("manifest", {}),
-        readiness=raw.get("readiness", {}),
-        xr_fields=raw.get("xrFields", {}),
-    )
-
-
-def stack_from_data(raw: dict[str, Any]) -> Stack:
-    driver = raw["driver"]
-    return Stack(
-        id=raw["id"],
-        cloud=raw["cloud"],
-        accelerator=raw["accelerator"],
-        provenance=raw["provenance"],
-        driver=DriverSource(
-            source=driver["source"],
-            root=driver["root"],
-            operator=driver.get("operator", ""),
-            resource=driver.get("resource", {}),
-            version_path=driver.get("versionPath", ""),
-            node_selector_path=driver.get("nodeSelectorPath", ""),
-            operator_values=driver.get("operatorValues", {}),
-            images=tuple(_image(i) for i in driver.get("images", ())),
-            image_pull_secret_names=tuple(driver.get("imagePullSecretNames", ())),
-            image_pull_secret_ref=tuple(driver.get("imagePullSecretRef", ())),
-            image_path=driver.get("imagePath", ""),
-        ),
-        components=tuple(_component(c) for c in raw["components"]),
-    )
+    return data
 
 
 def module_name(cloud: str, accelerator: str) -> str:
@@ -216,8 +231,8 @@ def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
     """The stack for a pair, parsed once per process; None when none is generated."""
     if (cloud.value, accelerator.value) not in available():
         return None
-    module = importlib.import_module(f"function.generated.{module_name(cloud.value, accelerator.value)}")
-    return stack_from_data(module.STACK)
+    name = module_name(cloud.value, accelerator.value)
+    return from_data(importlib.import_module(f"function.generated.{name}").STACK, f"function/generated/{name}.py")
 
 
 @cache

@@ -32,9 +32,9 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: 
     return {
         "id": stack.id,
         "function": __version__,
-        "generator": stack.provenance["generator"],
-        "aicr": stack.provenance["aicr"]["version"],
-        "aicrCommit": stack.provenance["aicr"]["commit"],
+        "generator": stack.provenance.generator,
+        "aicr": stack.provenance.aicr.version,
+        "aicrCommit": stack.provenance.aicr.commit,
         "components": components,
         "environmentConfigs": list(found.applied),
         # The memory a document that goes missing is kept from (overrides.memory).

@@ -10,6 +10,7 @@ import yaml
 
 from function.__version__ import __version__
 from function.paths import get_path
+from function.stack import AicrProvenance, ChartRef, Component, DriverSource, Provenance, Stack, to_data
 from function.values import deep_merge
 from generator import comments, emit, lock
 from generator.stackfile import (
@@ -20,6 +21,7 @@ from generator.stackfile import (
     Charts,
     ComponentPatch,
     ComponentSpec,
+    Driver,
     StackFile,
     StackFileError,
     read,
@@ -38,9 +40,9 @@ class Inputs:
     facts: Path = FACTS_DIR
 
 
-def _topological(components: dict[str, dict[str, Any]]) -> list[str]:
+def _topological(components: dict[str, Component]) -> list[str]:
     """Dependencies first, alphabetical among equals (as AICR orders its deployments)."""
-    pending = {key: set(c.get("dependsOn", ())) for key, c in components.items()}
+    pending = {key: set(c.depends_on) for key, c in components.items()}
     order: list[str] = []
     while pending:
         ready = sorted(k for k, deps in pending.items() if not deps)
@@ -54,28 +56,29 @@ def _topological(components: dict[str, dict[str, Any]]) -> list[str]:
     return order
 
 
-def _chart_facts(chart: dict[str, str], charts: Charts, key: str) -> dict[str, Any]:
-    facts: ChartFacts | None = charts.charts.get(chart["name"])
+def _chart_facts(chart: ChartRef, charts: Charts, key: str) -> dict[str, Any]:
+    """Where the chart takes images, replicas, resources, budgets and pull secrets: Component fields by name."""
+    facts: ChartFacts | None = charts.charts.get(chart.name)
     if facts is None:
         # Without its image paths a registry mirror would silently miss this chart.
-        raise StackFileError(f"component {key}: chart {chart['name']} has no entry in stacks/charts.yaml")
-    if (facts.version, facts.chartRepository) != (chart["version"], chart["repository"]):
+        raise StackFileError(f"component {key}: chart {chart.name} has no entry in stacks/charts.yaml")
+    if (facts.version, facts.chartRepository) != (chart.version, chart.repository):
         # Value paths move between chart versions: facts read at another
         # version could leave images pointing upstream behind a mirror.
         raise StackFileError(
-            f"component {key}: chart {chart['name']} {chart['version']} from {chart['repository']}, but "
+            f"component {key}: chart {chart.name} {chart.version} from {chart.repository}, but "
             f"stacks/charts.yaml describes {facts.version} from {facts.chartRepository}: re-check its value paths"
         )
     pdbs = [facts.podDisruptionBudget] if facts.podDisruptionBudget else []
     return {
-        "images": [i.model_dump(exclude_none=True, exclude_defaults=True) for i in facts.images],
-        "replicas": list(facts.replicas),
-        "resources": list(facts.resources),
-        "imagePullSecrets": list(facts.imagePullSecrets),
-        "imagePullSecretNames": list(facts.imagePullSecretNames),
-        "imagePullSecretName": list(facts.imagePullSecretName),
-        "imagePullSecretRef": list(facts.imagePullSecretRef),
-        "podDisruptionBudgets": [p.model_dump(exclude_none=True) for p in [*pdbs, *facts.extraPodDisruptionBudgets]],
+        "images": tuple(facts.images),
+        "replicas": tuple(facts.replicas),
+        "resources": tuple(facts.resources),
+        "image_pull_secrets": tuple(facts.imagePullSecrets),
+        "image_pull_secret_names": tuple(facts.imagePullSecretNames),
+        "image_pull_secret_name": tuple(facts.imagePullSecretName),
+        "image_pull_secret_ref": tuple(facts.imagePullSecretRef),
+        "pod_disruption_budgets": (*pdbs, *facts.extraPodDisruptionBudgets),
     }
 
 
@@ -89,19 +92,21 @@ def _strip(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return doc
 
 
-def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, origin: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"key": key, "kind": "Object", "origin": origin, "manifest": manifest}
-    if spec is not None:
-        for field in ("readiness", "xrFields", "dependsOn"):
-            if getattr(spec, field):
-                out[field] = getattr(spec, field)
-        if spec.finalizedByDependencies:
-            out["finalizedByDependencies"] = True
-        if spec.images:
-            out["images"] = [i.model_dump(exclude_none=True, exclude_defaults=True) for i in spec.images]
-        if spec.imagePullSecrets:
-            out["imagePullSecrets"] = list(spec.imagePullSecrets)
-    return out
+def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, origin: str) -> Component:
+    if spec is None:
+        return Component(key=key, kind="Object", origin=origin, manifest=manifest)
+    return Component(
+        key=key,
+        kind="Object",
+        origin=origin,
+        manifest=manifest,
+        readiness=spec.readiness,
+        xr_fields=spec.xrFields,
+        depends_on=tuple(spec.dependsOn),
+        finalized_by_dependencies=spec.finalizedByDependencies,
+        images=tuple(spec.images),
+        image_pull_secrets=tuple(spec.imagePullSecrets),
+    )
 
 
 def _object_key(parent: str, doc: dict[str, Any]) -> str:
@@ -117,7 +122,7 @@ def _expand(
     taken: dict[str, str],
     charts: Charts,
     facts: Path,
-) -> list[dict[str, Any]]:
+) -> list[Component]:
     """One catalogue entry → its generated components (a Release may bring Objects)."""
     depends = [*spec.dependsOn, *patch.dependsOn]
     skip = {*spec.skipManifests, *patch.skipManifests}
@@ -139,13 +144,13 @@ def _expand(
             for d in docs
         ]
     values = deep_merge(spec.values, patch.values)
-    extra: list[dict[str, Any]] = []
+    extra: list[Component] = []
     if spec.aicr is not None:
         resolved = recipe.components.get(spec.aicr)
         if resolved is None:
             why = "resolved but not locked: run `./dev refresh`" if spec.aicr in recipe.notTaken else "not resolved"
             raise StackFileError(f"component {key}: AICR component {spec.aicr} is {why} for this stack's query")
-        chart = {"name": resolved.chart, "repository": resolved.repository, "version": resolved.version}
+        chart = ChartRef(name=resolved.chart, repository=resolved.repository, version=resolved.version)
         namespace = spec.namespace or resolved.namespace
         values = deep_merge(resolved.values, values)
         # Dependencies on AICR components this stack does not take are dropped.
@@ -156,32 +161,50 @@ def _expand(
                 continue
             extra += [_object(_object_key(key, d), d, None, origin) for d in manifest.objects]
     elif spec.chart is not None:
-        chart = spec.chart.model_dump()
+        chart = spec.chart
         namespace = spec.namespace or ""
         origin = "platform"
     else:
         raise StackFileError(f"component {key}: needs one of aicr, chart, manifest, manifestFile")
-    release: dict[str, Any] = {
-        "key": key,
-        "kind": "Release",
-        "origin": origin,
-        "chart": chart,
+    release = Component(
+        key=key,
+        kind="Release",
+        origin=origin,
+        chart=chart,
         # The release names clusters already run: mp-<chart>, short and unlikely to collide.
-        "releaseName": spec.releaseName or f"mp-{chart['name']}",
-        "namespace": namespace,
-        "values": values,
+        release_name=spec.releaseName or f"mp-{chart.name}",
+        namespace=namespace,
+        values=values,
+        depends_on=tuple(sorted(set(depends))),
+        finalized_by_dependencies=spec.finalizedByDependencies,
         **_chart_facts(chart, charts, key),
-    }
-    if depends:
-        release["dependsOn"] = sorted(set(depends))
-    if spec.finalizedByDependencies:
-        release["finalizedByDependencies"] = True
+    )
     return [release, *extra]
+
+
+def _driver(driver: Driver, generated: dict[str, Component], stack_id: str) -> DriverSource:
+    res = driver.resource
+    if res is None:
+        return DriverSource(source=driver.source)
+    if res.operator not in generated:
+        raise StackFileError(f"{stack_id}: driver.resource.operator {res.operator} is not in the stack")
+    return DriverSource(
+        source=driver.source,
+        operator=res.operator,
+        resource=res.template,
+        version_path=res.versionPath,
+        node_selector_path=res.nodeSelectorPath,
+        operator_values=res.operatorValues,
+        images=tuple(res.images),
+        image_pull_secret_names=tuple(res.imagePullSecretNames),
+        image_pull_secret_ref=tuple(res.imagePullSecretRef),
+        image_path=res.imagePath or "",
+    )
 
 
 def build_stack(
     stack_file: StackFile, catalogue: Catalogue, charts: Charts, locked: lock.Lock, inputs: Inputs
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[Stack, dict[str, str]]:
     """The stack, and for each generated component the catalogue entry it comes from."""
     recipe = locked.find(stack_file.aicr.query, stack_file.id)
     keys: list[str] = []
@@ -195,7 +218,7 @@ def build_stack(
     if unknown:
         raise StackFileError(f"{stack_file.id}: components not in the catalogue or not used: {', '.join(unknown)}")
     taken = {aicr_name: k for k in keys if (aicr_name := catalogue.components[k].aicr)}
-    generated: dict[str, dict[str, Any]] = {}
+    generated: dict[str, Component] = {}
     sources: dict[str, str] = {}
     for key in keys:
         patch = stack_file.components.get(key, ComponentPatch())
@@ -208,46 +231,28 @@ def build_stack(
             charts=charts,
             facts=inputs.facts,
         ):
-            generated[component["key"]] = component
-            sources[component["key"]] = key
+            generated[component.key] = component
+            sources[component.key] = key
     for component in generated.values():
-        missing = [d for d in component.get("dependsOn", ()) if d not in generated]
+        missing = [d for d in component.depends_on if d not in generated]
         if missing:
-            raise StackFileError(
-                f"{stack_file.id}: {component['key']} depends on {', '.join(missing)}, not in the stack"
-            )
-    driver: dict[str, Any] = {"source": stack_file.driver.source, "root": stack_file.driver.root}
-    if stack_file.driver.resource is not None:
-        res = stack_file.driver.resource
-        if res.operator not in generated:
-            raise StackFileError(f"{stack_file.id}: driver.resource.operator {res.operator} is not in the stack")
-        driver.update(
-            operator=res.operator,
-            resource=res.template,
-            versionPath=res.versionPath,
-            nodeSelectorPath=res.nodeSelectorPath,
-            operatorValues=res.operatorValues,
-            images=[i.model_dump(exclude_none=True, exclude_defaults=True) for i in res.images],
-            imagePullSecretNames=res.imagePullSecretNames,
-            imagePullSecretRef=res.imagePullSecretRef,
-            **({"imagePath": res.imagePath} if res.imagePath else {}),
-        )
-    stack = {
-        "id": stack_file.id,
-        "cloud": stack_file.cloud,
-        "accelerator": stack_file.accelerator,
-        "provenance": {
-            "generator": __version__,
-            "aicr": {
-                "version": locked.aicr.version,
-                "commit": locked.aicr.commit,
-                "query": stack_file.aicr.query.model_dump(),
-                "appliedOverlays": recipe.appliedOverlays,
-            },
-        },
-        "driver": driver,
-        "components": [generated[k] for k in _topological(generated)],
-    }
+            raise StackFileError(f"{stack_file.id}: {component.key} depends on {', '.join(missing)}, not in the stack")
+    stack = Stack(
+        id=stack_file.id,
+        cloud=stack_file.cloud,
+        accelerator=stack_file.accelerator,
+        provenance=Provenance(
+            generator=__version__,
+            aicr=AicrProvenance(
+                version=locked.aicr.version,
+                commit=locked.aicr.commit,
+                query=stack_file.aicr.query.model_dump(),
+                applied_overlays=tuple(recipe.appliedOverlays),
+            ),
+        ),
+        driver=_driver(stack_file.driver, generated, stack_file.id),
+        components=tuple(generated[k] for k in _topological(generated)),
+    )
     return stack, sources
 
 
@@ -256,12 +261,12 @@ def _titled(title: str, lines: tuple[str, ...]) -> tuple[str, ...]:
     return (title, *(f"  {line}" if line else "" for line in lines)) if lines else ()
 
 
-def _component_comments(key: str, component: dict[str, Any], texts: dict[str, str]) -> tuple[str, ...]:
+def _component_comments(key: str, component: Component, texts: dict[str, str]) -> tuple[str, ...]:
     """The why-comments of a catalogue entry and of its chart's facts, each under the place it comes from."""
     out: list[str] = []
     for file, path in (
         (CATALOGUE, ("components", key)),
-        (CHARTS, ("charts", component.get("chart", {}).get("name", ""))),
+        (CHARTS, ("charts", component.chart.name if component.chart else "")),
     ):
         out += _titled(f"stacks/{file} {'.'.join(path)}:", comments.section(texts[file], *path) if path[1] else ())
     return tuple(out)
@@ -273,7 +278,7 @@ def generate(inputs: Inputs) -> dict[str, str]:
     charts = read(inputs.stacks / CHARTS, Charts)
     locked = lock.read(inputs.facts)
     texts = {name: (inputs.stacks / name).read_text() for name in (CATALOGUE, CHARTS)}
-    built: list[tuple[Path, StackFile, dict[str, Any], dict[str, str]]] = []
+    built: list[tuple[Path, StackFile, Stack, dict[str, str]]] = []
     files: dict[str, str] = {}
     for path in stack_paths(inputs.stacks):
         stack_file = read(path, StackFile)
@@ -284,8 +289,8 @@ def generate(inputs: Inputs) -> dict[str, str]:
         built.append((path, stack_file, *build_stack(stack_file, catalogue, charts, locked, inputs)))
     taken: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for _, _, stack, _ in built:
-        for component in stack["components"]:
-            taken.setdefault(component["key"], []).append((stack["id"], emit.readable(component)))
+        for component in stack.components:
+            taken.setdefault(component.key, []).append((stack.id, to_data(component)))
     names = emit.name_blocks(taken)
     blocks: dict[str, emit.Block] = {}
     commented: set[str] = set()  # catalogue entries whose comments a block carries already
@@ -293,10 +298,10 @@ def generate(inputs: Inputs) -> dict[str, str]:
         refs: list[tuple[str, tuple[str, ...]]] = []
         text = path.read_text()
         patched: set[str] = set()
-        keys = {c["key"] for c in stack["components"]}
-        for component in stack["components"]:
-            key, source = component["key"], sources[component["key"]]
-            block = names[(stack["id"], key)]
+        keys = {c.key for c in stack.components}
+        for component in stack.components:
+            key, source = component.key, sources[component.key]
+            block = names[(stack.id, key)]
             # A Release carries its patch's comments; objects a manifest file brings, the first of them.
             first = key == source or (source not in keys and source not in patched)
             patch = comments.section(text, "components", source) if first else ()
@@ -307,7 +312,7 @@ def generate(inputs: Inputs) -> dict[str, str]:
                 commented.add(source)
                 blocks[block] = emit.Block(
                     name=block,
-                    data=emit.readable(component),
+                    data=to_data(component),
                     stacks=tuple(sorted(s for (s, k), n in names.items() if n == block)),
                     comments=why,
                 )

@@ -15,15 +15,11 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from function.stack import ChartRef, ImageRef, PdbPaths
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ChartSpec(Strict):
-    name: str
-    repository: str
-    version: str
 
 
 class ManifestFile(Strict):
@@ -35,23 +31,11 @@ class ManifestFile(Strict):
     strip: list[str] = Field(default_factory=lambda: ["status", "metadata.creationTimestamp"])
 
 
-class ImageSpec(Strict):
-    name: str
-    ref: str | None = None
-    registry: str | None = None
-    repository: str | None = None
-    tag: str | None = None
-    default: dict[str, str | None] = Field(default_factory=dict)  # None: key exists, default not verified
-    # What a controller uses when the value is empty (the chart leaves it to
-    # code): same keys as ``default``; the comment beside it names the source.
-    builtin: dict[str, str] = Field(default_factory=dict)
-
-
 class ComponentSpec(Strict):
     """A catalogue entry. Exactly one of aicr, chart, manifest, manifestFile."""
 
     aicr: str | None = None  # take this AICR component (chart, version, values, manifests)
-    chart: ChartSpec | None = None
+    chart: ChartRef | None = None
     manifest: dict[str, Any] | None = None
     manifestFile: ManifestFile | None = None  # noqa: N815
     releaseName: str | None = None  # noqa: N815 - default mp-<chart name>
@@ -65,7 +49,7 @@ class ComponentSpec(Strict):
     skipManifests: list[str] = Field(default_factory=list)  # noqa: N815
     # manifest only: where it takes images a controller runs (paths in the
     # manifest; pod containers are found without being declared) and pull secrets.
-    images: list[ImageSpec] = Field(default_factory=list)
+    images: list[ImageRef] = Field(default_factory=list)
     imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
 
 
@@ -100,7 +84,7 @@ class DriverResource(Strict):
     nodeSelectorPath: str  # noqa: N815
     # Operator values that make it reconcile these resources instead of its own default driver.
     operatorValues: dict[str, Any] = Field(default_factory=dict)  # noqa: N815
-    images: list[ImageSpec] = Field(default_factory=list)
+    images: list[ImageRef] = Field(default_factory=list)
     imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking lists of names
     imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking one {name: …}
     # Where a pool's driver image repository goes, for operators that build the
@@ -114,7 +98,6 @@ class AicrSource(Strict):
 
 class Driver(Strict):
     source: Literal["node-image", "gpu-operator"]
-    root: str
     resource: DriverResource | None = None
 
 
@@ -126,12 +109,6 @@ class StackFile(Strict):
     driver: Driver
     use: list[str]  # catalogue sets, in order
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
-
-
-class PdbSpec(Strict):
-    enabled: str | None = None
-    minAvailable: str | None = None  # noqa: N815
-    maxUnavailable: str | None = None  # noqa: N815
 
 
 class NotDeployed(Strict):
@@ -165,15 +142,15 @@ class NameFacts(Strict):
 class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
-    images: list[ImageSpec] = Field(default_factory=list)
+    images: list[ImageRef] = Field(default_factory=list)
     imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
     imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - lists of plain names
     imagePullSecretName: list[str] = Field(default_factory=list)  # noqa: N815 - one name string
     imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - one {name: …}
     replicas: list[str] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
-    podDisruptionBudget: PdbSpec | None = None  # noqa: N815
-    extraPodDisruptionBudgets: list[PdbSpec] = Field(default_factory=list)  # noqa: N815
+    podDisruptionBudget: PdbPaths | None = None  # noqa: N815
+    extraPodDisruptionBudgets: list[PdbPaths] = Field(default_factory=list)  # noqa: N815
     # Reference facts the runtime does not act on (kept for the humans reviewing).
     globalImageRegistry: str | None = None  # noqa: N815
     driver: dict[str, Any] | None = None
@@ -211,3 +188,4 @@ def read(path: Path, model: type[T]) -> T:
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
         raise StackFileError(f"{path}: {problems}") from None
+

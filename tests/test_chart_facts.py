@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from generator.stackfile import ImageSpec, PdbSpec
+from function.stack import ImageRef, PdbPaths
 from tests.support.charts import CHARTS, inventory
 
 _MISSING = object()
@@ -41,7 +41,7 @@ def read_by_chart(chart: str, path: str) -> bool:
     return bool(ancestors & referenced) and isinstance(value(chart, ".".join(parts[:-1])), dict)
 
 
-def image_paths(img: ImageSpec) -> dict[str, str]:
+def image_paths(img: ImageRef) -> dict[str, str]:
     return {k: p for k in ("ref", "registry", "repository", "tag") if (p := getattr(img, k))}
 
 
@@ -72,7 +72,7 @@ def test_shortcut_paths_are_read_by_the_chart(chart: str) -> None:
     assert [p for p in paths if not read_by_chart(chart, p)] == []
 
 
-def _budgets(chart: str) -> list[PdbSpec]:
+def _budgets(chart: str) -> list[PdbPaths]:
     facts = CHARTS[chart]
     return [b for b in [facts.podDisruptionBudget, *facts.extraPodDisruptionBudgets] if b is not None]
 
@@ -82,6 +82,6 @@ def test_budgets_name_both_fields_the_chart_reads(chart: str) -> None:
     # The shortcut writes one of minAvailable/maxUnavailable and nulls the
     # other: a chart default beside a user's value is rejected by the API server.
     for budget in _budgets(chart):
-        assert budget.minAvailable and budget.maxUnavailable, f"{chart}: {budget}"
-        for path in (budget.enabled, budget.minAvailable, budget.maxUnavailable):
+        assert budget.min_available and budget.max_unavailable, f"{chart}: {budget}"
+        for path in (budget.enabled, budget.min_available, budget.max_unavailable):
             assert path is None or read_by_chart(chart, path), f"{chart}: {path}"

@@ -149,8 +149,7 @@ def format_text(
     names = [f"{d.name} (remembered: absent now)" if d.remembered else d.name for d in found.documents]
     applied = ", ".join(names) if names else "none"
     lines = [
-        f"stack {stack.id} (generator {stack.provenance.get('generator', '?')}); "
-        f"EnvironmentConfigs applied, in order: {applied}"
+        f"stack {stack.id} (generator {stack.provenance.generator}); EnvironmentConfigs applied, in order: {applied}"
     ]
     for e in explained:
         if only_changed and not e.changed_by:
