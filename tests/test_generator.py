@@ -5,7 +5,6 @@ It builds from the repository alone (``stacks/`` and ``facts/``), as on a fresh 
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import shutil
 import subprocess
@@ -16,11 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from function import stack
-from function.model import Accelerator, Cloud
-from generator import lock
-from generator.build import FACTS_DIR, REPO, Inputs, build_stack, generate
-from generator.stackfile import CATALOGUE, CHARTS, Catalogue, Charts, StackFile, StackFileError, read, stack_paths
+from generator.build import FACTS_DIR, REPO, Inputs, generate
+from generator.stackfile import StackFileError
 
 
 def _inputs(stacks: Path | None = None, facts: Path = FACTS_DIR) -> Inputs:
@@ -207,20 +203,6 @@ def test_each_distinct_component_is_generated_once(generated: dict[str, str]) ->
             listed = text.split("    'components': [\n", 1)[1].splitlines()[:-2]
             # Stack modules take components by name only, each maybe under its stack file's comments.
             assert all(line.startswith(("        C['", "        #")) for line in listed), name
-
-
-def test_loaded_stacks_are_the_stacks_the_generator_builds() -> None:
-    """Sharing, reordering and leaving out empty fields lose nothing the runtime reads."""
-    catalogue = read(REPO / "stacks" / CATALOGUE, Catalogue)
-    charts = read(REPO / "stacks" / CHARTS, Charts)
-    locked = lock.read(FACTS_DIR)
-    for path in stack_paths(REPO / "stacks"):
-        stack_file = read(path, StackFile)
-        built, _ = build_stack(stack_file, catalogue, charts, locked, _inputs())
-        loaded = stack.load(Cloud(stack_file.cloud), Accelerator(stack_file.accelerator))
-        assert loaded is not None
-        # Stack compares by identity (renderers are cached by it): compare what it holds.
-        assert dataclasses.asdict(loaded) == dataclasses.asdict(built), path.name
 
 
 def test_fields_read_key_kind_origin_first_and_empty_ones_are_left_out(generated: dict[str, str]) -> None:
