@@ -5,7 +5,7 @@ close relatives: ``{{ pipeline }}``, ``$var := pipeline``, ``if``/``with`` (each
 optional ``else``), field chains on ``.``/``$var``/``( … )``, string/number/bool/nil
 constants, pipelines, trim markers ``{{-``/``-}}`` and the functions ``and``, ``not``,
 ``eq``, ``ne``, ``index``, ``toYaml``, ``nindent``, ``toString`` and ``default``.
-Anything else raises :class:`~generator.aicr.AicrError` — never a half-rendered template.
+Anything else raises :class:`~generator.aicr_yaml.AicrError` — never a half-rendered template.
 
 Semantics follow Go's ``text/template`` with AICR's function map (``pkg/manifest``):
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from generator.aicr import AicrError
+from generator.aicr_yaml import AicrError
 
 __all__ = ["MISSING", "GoStruct", "render", "to_yaml"]
 

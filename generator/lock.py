@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from generator import aicr, stackfile
+from generator import aicr, aicr_recipes, stackfile
 from generator.stackfile import AicrQuery, StackFileError, Strict
 
 LOCK_FILE = "lock.yaml"
@@ -75,7 +75,7 @@ def build(data: aicr.RecipeData, release: AicrRelease, queries: list[AicrQuery],
     """Resolve every distinct query; keep the enabled components named in ``taken``."""
     entries: list[LockedQuery] = []
     for query in sorted(set(queries), key=lambda q: sorted(q.model_dump().items())):
-        recipe = aicr.resolve(data, aicr.Query(**query.model_dump()))
+        recipe = aicr.resolve(data, aicr_recipes.Query(**query.model_dump()))
         components = {
             name: LockedComponent(
                 chart=c.chart,

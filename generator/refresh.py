@@ -28,6 +28,7 @@ import click
 import yaml
 
 from generator import aicr, chart_inventory, lock
+from generator.aicr_yaml import AicrError
 from generator.build import FACTS_DIR, MANIFESTS, STACKS_DIR
 from generator.stackfile import CATALOGUE, Catalogue, StackFile, StackFileError, read, stack_paths
 
@@ -148,7 +149,7 @@ def main(
             raise StackFileError(f"{shared}: no such directory (the reference sources to refresh facts/ from)")
         recipes = recipes or shared / "aicr" / "recipes"
         files = collect(shared, recipes, aicr_release(recipes, aicr_version, aicr_commit))
-    except (StackFileError, aicr.AicrError, chart_inventory.InventoryError, OSError, yaml.YAMLError) as err:
+    except (StackFileError, AicrError, chart_inventory.InventoryError, OSError, yaml.YAMLError) as err:
         click.echo(f"refresh: {err}", err=True)
         sys.exit(2)
     changed = stale(facts, files)

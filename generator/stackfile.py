@@ -188,4 +188,3 @@ def read(path: Path, model: type[T]) -> T:
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
         raise StackFileError(f"{path}: {problems}") from None
-

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from generator import gotemplate
-from generator.aicr import AicrError, Component, Query, Recipe, RecipeData, load, resolve
+from generator.aicr import RecipeData, load, resolve
+from generator.aicr_recipes import Component, Query, Recipe
+from generator.aicr_yaml import AicrError
 from tests.conftest import reference_source
 
 EKS = Query(service="eks", accelerator="h100", os="ubuntu", intent="inference")

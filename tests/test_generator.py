@@ -5,6 +5,7 @@ It builds from the repository alone (``stacks/`` and ``facts/``), as on a fresh 
 
 from __future__ import annotations
 
+import ast
 import difflib
 import shutil
 import subprocess
@@ -229,3 +230,30 @@ def test_each_header_digests_its_own_module(generated: dict[str, str]) -> None:
     digests = {name: text.split("Inputs: ", 1)[1].split()[0] for name, text in generated.items() if "Inputs: " in text}
     assert len(digests) == len(generated) - 1  # every module but the index
     assert len(set(digests.values())) == len(digests)
+
+
+def test_the_generator_modules_import_one_way() -> None:
+    """No import cycle among generator/ modules, counting imports inside functions too."""
+    imports: dict[str, set[str]] = {}
+    for path in (REPO / "generator").glob("*.py"):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "generator":
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("generator."):
+                found.add((node.module or "").split(".")[1])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("generator.")}
+        imports[path.stem] = found
+    assert imports["gotemplate"] == {"aicr_yaml"}  # the resolver imports the template engine, not the reverse
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module not in done:
+            for dep in sorted(imports.get(module, ())):
+                visit(dep, (*path, module))
+            done.add(module)
+
+    for module in sorted(imports):
+        visit(module, ())
