@@ -183,20 +183,29 @@ class StackDataError(Exception):
     """Generated stack data that does not fit the schema: a generator bug or a hand-edited module."""
 
 
-_STACK = TypeAdapter(Stack)
+# Built on first use: the runtime validates whole stacks, only the generator writes components alone.
+@cache
+def _stack_schema() -> TypeAdapter[Stack]:
+    return TypeAdapter(Stack)
+
+
+@cache
+def _component_schema() -> TypeAdapter[Component]:
+    return TypeAdapter(Component)
 
 
 def from_data(data: Any, where: str) -> Stack:
     """A stack from its generated data, validated against the schema; ``where`` names it in errors."""
     try:
-        return _STACK.validate_python(data)
+        return _stack_schema().validate_python(data)
     except ValidationError as err:
         raise StackDataError(describe(err, where)) from None
 
 
-def to_data(value: Stack | Component | DriverSource | Provenance) -> dict[str, Any]:
+def to_data(value: Stack | Component) -> dict[str, Any]:
     """What the generator writes: camelCase names, lists for tuples, defaults and None left out."""
-    data: dict[str, Any] = TypeAdapter(type(value)).dump_python(
+    schema: TypeAdapter[Any] = _stack_schema() if isinstance(value, Stack) else _component_schema()
+    data: dict[str, Any] = schema.dump_python(
         value, mode="json", by_alias=True, exclude_defaults=True, exclude_none=True
     )
     return data
