@@ -128,23 +128,32 @@ class Component:
 
 @dataclass(frozen=True)
 class DriverSource:
-    """Who installs the GPU driver on this stack's nodes, and how the operator takes per-pool drivers."""
+    """Who installs the GPU driver on this stack's nodes, and how the operator takes per-pool drivers.
+
+    The stack files write it as it is generated (``driver:`` in ``stacks/*.yaml``).
+    """
 
     __pydantic_config__ = _SCHEMA
 
     source: Literal["node-image", "gpu-operator"]
-    operator: str = ""  # key of the component that reconciles driver resources
+    operator: str = ""  # key of the component that reconciles (and finalizes) driver resources
     # Template of a per-pool driver custom resource (NVIDIADriver / DeviceConfig).
     resource: dict[str, Any] = field(default_factory=dict)
     version_path: str = ""
     node_selector_path: str = ""
-    # Operator values that make it reconcile per-pool resources instead of its own driver.
+    # Operator values that make it reconcile per-pool resources instead of its own default driver.
     operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
     image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
     image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
-    # Where a pool's driver image repository goes; set: every pool must name one.
+    # Where a pool's driver image repository goes, for operators that build the
+    # driver image and push it there: set, every per-pool driver must name one.
     image_path: str = ""
+
+    def __post_init__(self) -> None:
+        # Without them the override layer could not write a pool's version and nodes, nor order its deletion.
+        if self.resource and not (self.operator and self.version_path and self.node_selector_path):
+            raise ValueError("a driver resource needs its operator, versionPath and nodeSelectorPath")
 
 
 @dataclass(frozen=True)

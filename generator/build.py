@@ -10,7 +10,7 @@ import yaml
 
 from function.__version__ import __version__
 from function.paths import get_path
-from function.stack import AicrProvenance, ChartRef, Component, DriverSource, Provenance, Stack, to_data
+from function.stack import AicrProvenance, ChartRef, Component, Provenance, Stack, to_data
 from function.values import deep_merge
 from generator import comments, emit, lock
 from generator.stackfile import (
@@ -21,7 +21,6 @@ from generator.stackfile import (
     Charts,
     ComponentPatch,
     ComponentSpec,
-    Driver,
     StackFile,
     StackFileError,
     read,
@@ -182,26 +181,6 @@ def _expand(
     return [release, *extra]
 
 
-def _driver(driver: Driver, generated: dict[str, Component], stack_id: str) -> DriverSource:
-    res = driver.resource
-    if res is None:
-        return DriverSource(source=driver.source)
-    if res.operator not in generated:
-        raise StackFileError(f"{stack_id}: driver.resource.operator {res.operator} is not in the stack")
-    return DriverSource(
-        source=driver.source,
-        operator=res.operator,
-        resource=res.template,
-        version_path=res.versionPath,
-        node_selector_path=res.nodeSelectorPath,
-        operator_values=res.operatorValues,
-        images=tuple(res.images),
-        image_pull_secret_names=tuple(res.imagePullSecretNames),
-        image_pull_secret_ref=tuple(res.imagePullSecretRef),
-        image_path=res.imagePath or "",
-    )
-
-
 def build_stack(
     stack_file: StackFile, catalogue: Catalogue, charts: Charts, locked: lock.Lock, inputs: Inputs
 ) -> tuple[Stack, dict[str, str]]:
@@ -237,6 +216,8 @@ def build_stack(
         missing = [d for d in component.depends_on if d not in generated]
         if missing:
             raise StackFileError(f"{stack_file.id}: {component.key} depends on {', '.join(missing)}, not in the stack")
+    if stack_file.driver.resource and stack_file.driver.operator not in generated:
+        raise StackFileError(f"{stack_file.id}: driver.operator {stack_file.driver.operator} is not in the stack")
     stack = Stack(
         id=stack_file.id,
         cloud=stack_file.cloud,
@@ -250,7 +231,7 @@ def build_stack(
                 applied_overlays=tuple(recipe.appliedOverlays),
             ),
         ),
-        driver=_driver(stack_file.driver, generated, stack_file.id),
+        driver=stack_file.driver,
         components=tuple(generated[k] for k in _topological(generated)),
     )
     return stack, sources

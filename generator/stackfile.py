@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from function.stack import ChartRef, ImageRef, PdbPaths
+from function.stack import ChartRef, DriverSource, ImageRef, PdbPaths
 
 
 class Strict(BaseModel):
@@ -75,30 +75,8 @@ class AicrQuery(Strict):
     platform: str = "any"
 
 
-class DriverResource(Strict):
-    """Template of the per-pool GPU driver custom resource the operator reconciles."""
-
-    operator: str  # component key of the operator that finalizes these resources
-    template: dict[str, Any]
-    versionPath: str  # noqa: N815
-    nodeSelectorPath: str  # noqa: N815
-    # Operator values that make it reconcile these resources instead of its own default driver.
-    operatorValues: dict[str, Any] = Field(default_factory=dict)  # noqa: N815
-    images: list[ImageRef] = Field(default_factory=list)
-    imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking lists of names
-    imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - paths taking one {name: …}
-    # Where a pool's driver image repository goes, for operators that build the
-    # driver image and push it there: every per-pool driver must then name one.
-    imagePath: str | None = None  # noqa: N815
-
-
 class AicrSource(Strict):
     query: AicrQuery
-
-
-class Driver(Strict):
-    source: Literal["node-image", "gpu-operator"]
-    resource: DriverResource | None = None
 
 
 class StackFile(Strict):
@@ -106,7 +84,7 @@ class StackFile(Strict):
     cloud: str
     accelerator: Literal["NVIDIA", "AMD"]
     aicr: AicrSource
-    driver: Driver
+    driver: DriverSource  # the generated shape, as written
     use: list[str]  # catalogue sets, in order
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
 

@@ -100,7 +100,7 @@ def test_the_image_pdb_and_chart_shapes_have_one_definition() -> None:
     """The stack files' models take the runtime's classes; nothing in the generator restates a stack shape."""
     assert stackfile.ChartFacts.model_fields["images"].annotation == list[stack.ImageRef]
     assert stackfile.ComponentSpec.model_fields["images"].annotation == list[stack.ImageRef]
-    assert stackfile.DriverResource.model_fields["images"].annotation == list[stack.ImageRef]
+    assert stackfile.StackFile.model_fields["driver"].annotation == stack.DriverSource
     assert stackfile.ChartFacts.model_fields["podDisruptionBudget"].annotation == stack.PdbPaths | None
     assert stackfile.ComponentSpec.model_fields["chart"].annotation == stack.ChartRef | None
     shapes = [
@@ -134,10 +134,21 @@ def test_the_stack_files_still_refuse_unknown_image_fields() -> None:
 
 def test_the_driver_root_is_stated_once_in_the_dra_driver_values() -> None:
     """Stack files state the root where the DRA driver takes it; the stack keeps no second copy."""
-    assert "root" not in stackfile.Driver.model_fields
-    assert "root" not in {f.name for f in dataclasses.fields(stack.DriverSource)}
+    assert "root" not in {f.name for f in dataclasses.fields(stack.DriverSource)}  # what stacks/*.yaml write
     roots = {s.id: legacy.driver_root(s) for s in stack.every()}
     assert roots["gke-nvidia"] == "/home/kubernetes/bin/nvidia"
     assert roots["existing-nvidia"] == "/run/nvidia/driver"
     assert roots["eks-nvidia"] == "/"
     assert roots["vultr-amd"] == "/"  # no DRA driver: the chart's and v0.3.1's default
+
+
+def test_a_stack_file_driver_is_the_generated_shape_and_refuses_what_it_lacks() -> None:
+    """stacks/*.yaml write the driver as the runtime reads it: unknown fields and a half-described resource fail."""
+    base = {"id": "x", "cloud": "Existing", "accelerator": "NVIDIA", "aicr": {"query": {}}, "use": []}
+    driver = {"source": "gpu-operator", "operator": "gpu-operator", "resource": {"kind": "NVIDIADriver"}}
+    with pytest.raises(ValidationError, match="a driver resource needs its operator, versionPath and nodeSelectorPath"):
+        StackFile.model_validate({**base, "driver": driver})
+    with pytest.raises(ValidationError, match=r"driver\.root"):
+        StackFile.model_validate({**base, "driver": {"source": "node-image", "root": "/"}})
+    written = {**driver, "versionPath": "spec.version", "nodeSelectorPath": "spec.nodeSelector"}
+    assert StackFile.model_validate({**base, "driver": written}).driver.version_path == "spec.version"
