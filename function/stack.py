@@ -29,9 +29,12 @@ from function.__version__ import __version__
 from function.errors import describe
 from function.model import Accelerator, Cloud
 
-# Unknown fields are refused (a typo in stacks/charts.yaml, or generated data
-# from another generator version), and fields go by their camelCase data name only.
-_SCHEMA = ConfigDict(extra="forbid", alias_generator=to_camel, validate_by_name=False, validate_by_alias=True)
+# Unknown fields are refused (a typo in stacks/*.yaml, or generated data from
+# another generator version), and fields go by their camelCase data name only.
+# defer_build: the validators are built when the first stack loads, not on import.
+_SCHEMA = ConfigDict(
+    extra="forbid", alias_generator=to_camel, validate_by_name=False, validate_by_alias=True, defer_build=True
+)
 
 
 @dataclass(frozen=True)
@@ -192,28 +195,21 @@ class StackDataError(Exception):
     """Generated stack data that does not fit the schema: a generator bug or a hand-edited module."""
 
 
-# Built on first use: the runtime validates whole stacks, only the generator writes components alone.
-@cache
-def _stack_schema() -> TypeAdapter[Stack]:
-    return TypeAdapter(Stack)
-
-
-@cache
-def _component_schema() -> TypeAdapter[Component]:
-    return TypeAdapter(Component)
+_STACK_SCHEMA = TypeAdapter(Stack)
+_COMPONENT_SCHEMA = TypeAdapter(Component)  # the generator writes components one by one
 
 
 def from_data(data: Any, where: str) -> Stack:
     """A stack from its generated data, validated against the schema; ``where`` names it in errors."""
     try:
-        return _stack_schema().validate_python(data)
+        return _STACK_SCHEMA.validate_python(data)
     except ValidationError as err:
         raise StackDataError(describe(err, where)) from None
 
 
 def to_data(value: Stack | Component) -> dict[str, Any]:
     """What the generator writes: camelCase names, lists for tuples, defaults and None left out."""
-    schema: TypeAdapter[Any] = _stack_schema() if isinstance(value, Stack) else _component_schema()
+    schema: TypeAdapter[Any] = _STACK_SCHEMA if isinstance(value, Stack) else _COMPONENT_SCHEMA
     data: dict[str, Any] = schema.dump_python(
         value, mode="json", by_alias=True, exclude_defaults=True, exclude_none=True
     )
