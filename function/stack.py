@@ -10,9 +10,10 @@ Why frozen stdlib dataclasses validated by pydantic rather than pydantic
 models: the render path reads these objects on every request and the override
 layer makes changed copies (``dataclasses.replace``) when it plans; plain
 dataclasses keep both at the cost of an attribute read and a constructor call,
-with no validation on each copy, while pydantic validates them from generated
-data (and, for the image shape, from ``stacks/charts.yaml``) with
-``extra="forbid"``. Field names are snake_case here and camelCase in the data.
+with no validation on each copy, while pydantic validates them, with
+``extra="forbid"``, from generated data and, for the image, chart, budget and
+driver shapes, from ``stacks/*.yaml`` where people write them. Field names are
+snake_case here and camelCase in the data.
 """
 
 from __future__ import annotations
