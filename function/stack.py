@@ -21,9 +21,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from function.__version__ import __version__
@@ -120,11 +120,6 @@ class Component:
     image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
     image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
 
-    def __post_init__(self) -> None:
-        # A Release renders from its chart, an Object from its manifest: either missing renders nothing.
-        if self.is_release != (self.chart is not None) or (not self.is_release and not self.manifest):
-            raise ValueError(f"component {self.key}: a Release needs a chart, an Object a manifest and no chart")
-
     @property
     def is_release(self) -> bool:
         return self.kind == "Release"
@@ -154,10 +149,25 @@ class DriverSource:
     # driver image and push it there: set, every per-pool driver must name one.
     image_path: str = ""
 
-    def __post_init__(self) -> None:
-        # Without them the override layer could not write a pool's version and nodes, nor order its deletion.
-        if self.resource and not (self.operator and self.version_path and self.node_selector_path):
-            raise ValueError("a driver resource needs its operator, versionPath and nodeSelectorPath")
+
+def _renders(component: Component) -> Component:
+    # A Release renders from its chart, an Object from its manifest: either missing renders nothing.
+    if component.is_release != (component.chart is not None) or (not component.is_release and not component.manifest):
+        raise ValueError(f"component {component.key}: a Release needs a chart, an Object a manifest and no chart")
+    return component
+
+
+def _complete(driver: DriverSource) -> DriverSource:
+    # Without them the override layer could not write a pool's version and nodes, nor order its deletion.
+    if driver.resource and not (driver.operator and driver.version_path and driver.node_selector_path):
+        raise ValueError("a driver resource needs its operator, versionPath and nodeSelectorPath")
+    return driver
+
+
+# What is checked across fields, when data is validated (the generated modules,
+# stacks/*.yaml) and not on each copy the override layer makes.
+CheckedDriver = Annotated[DriverSource, AfterValidator(_complete)]
+CheckedComponent = Annotated[Component, AfterValidator(_renders)]
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,8 @@ class Stack:
     cloud: str
     accelerator: str
     provenance: Provenance
-    driver: DriverSource
-    components: tuple[Component, ...]
+    driver: CheckedDriver
+    components: tuple[CheckedComponent, ...]
 
 
 class StackDataError(Exception):

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from function.stack import ChartRef, DriverSource, ImageRef, PdbPaths
+from function.stack import ChartRef, CheckedDriver, ImageRef, PdbPaths
 
 
 class Strict(BaseModel):
@@ -84,7 +84,7 @@ class StackFile(Strict):
     cloud: str
     accelerator: Literal["NVIDIA", "AMD"]
     aicr: AicrSource
-    driver: DriverSource  # the generated shape, as written
+    driver: CheckedDriver  # the generated shape, as written
     use: list[str]  # catalogue sets, in order
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
 
