@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from function.errors import describe
 from function.stack import ChartRef, CheckedDriver, ImageRef, PdbPaths
 
 
@@ -164,5 +165,4 @@ def read(path: Path, model: type[T]) -> T:
     except (OSError, yaml.YAMLError) as err:
         raise StackFileError(f"{path}: {err}") from None
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False))
-        raise StackFileError(f"{path}: {problems}") from None
+        raise StackFileError(describe(err, str(path))) from None
