@@ -95,22 +95,24 @@ class Component:
     key: str
     kind: Literal["Release", "Object"]
     origin: str  # "aicr:<component>" or "platform", for status and explain
-    # Release only
+    # A Release's chart, release name and namespace.
     chart: ChartRef | None = None
     release_name: str = ""
     namespace: str = ""
+    # Either kind.
     depends_on: tuple[str, ...] = ()
     # Its finalizers are processed by controllers it depends on: every
     # dependency must outlive it (a Usage orders the deletion).
     finalized_by_dependencies: bool = False
-    # Object only
+    # An Object's readiness, XR fields and manifest.
     readiness: dict[str, str] = field(default_factory=dict)
     # Manifest fields filled from the XR at render time: manifest path -> parameter name.
     xr_fields: dict[str, str] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
-    # Release only
+    # A Release's values, then the value paths where its chart takes images,
+    # replicas, resources, budgets and pull secrets (on an Object, images and
+    # image_pull_secrets are manifest paths).
     values: dict[str, Any] = field(default_factory=dict)
-    # images and image_pull_secrets are manifest paths on an Object
     images: tuple[ImageRef, ...] = ()
     replicas: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
