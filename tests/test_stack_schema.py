@@ -152,3 +152,19 @@ def test_a_stack_file_driver_is_the_generated_shape_and_refuses_what_it_lacks() 
         StackFile.model_validate({**base, "driver": {"source": "node-image", "root": "/"}})
     written = {**driver, "versionPath": "spec.version", "nodeSelectorPath": "spec.nodeSelector"}
     assert StackFile.model_validate({**base, "driver": written}).driver.version_path == "spec.version"
+
+
+def test_writing_keeps_nulls_in_values_and_image_defaults() -> None:
+    """A null in values deletes the chart default in Helm, and an image default of None means "not verified"."""
+    release = stack.Component(
+        key="k",
+        kind="Release",
+        origin="platform",
+        chart=stack.ChartRef(name="c", repository="oci://example", version="1.0.0"),
+        values={"drop": None, "nested": {"drop": None}},
+        images=(stack.ImageRef(name="i", repository="image.repository", default={"repository": None}),),
+    )
+    data = stack.to_data(release)
+    assert data["values"] == {"drop": None, "nested": {"drop": None}}
+    assert data["images"] == [{"name": "i", "repository": "image.repository", "default": {"repository": None}}]
+    assert "ref" not in data["images"][0] and "namespace" not in data  # unset fields are left out
