@@ -5,6 +5,10 @@ how it takes AICR's); one file per cloud/accelerator picks components from it,
 names the AICR query it resolves and adds its per-cloud differences;
 ``charts.yaml`` records where each chart takes images, replicas, resources,
 PodDisruptionBudgets and pull secrets.
+
+Where these files write a shape the generated stack holds (an image, a chart, a
+PodDisruptionBudget, the driver), the model takes it from :mod:`function.stack`:
+each shape has one definition.
 """
 
 from __future__ import annotations
