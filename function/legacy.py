@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from function.errors import InputError
 from function.model import KUBECONFIG, Cloud, ServingStack, ServingStackSpec
-from function.stack import Stack
 
 # Where GKE's COS node image installs the NVIDIA driver; v0.3.1's
 # compose-inference-cluster sets exactly this root on GKE clusters and
@@ -83,8 +82,8 @@ def resolve(xr: ServingStack, name: str) -> ServingStack:
     return xr.model_copy(update={"spec": xr.spec.model_copy(update={"cloud": clouds.pop()})})
 
 
-def notes(xr: ServingStack, cloud_given: bool, stack: Stack, name: str) -> list[str]:
-    """Warnings for a ServingStack that still uses v0.3.1's fields."""
+def notes(xr: ServingStack, cloud_given: bool, stack_id: str, driver_root: str, name: str) -> list[str]:
+    """Warnings for a ServingStack that still uses v0.3.1's fields; the stack's id and where it finds the driver."""
     out = []
     if not cloud_given:
         _, words = _evidence(xr.spec)
@@ -93,10 +92,10 @@ def notes(xr: ServingStack, cloud_given: bool, stack: Stack, name: str) -> list[
             f"from {words}; set spec.cloud: {xr.spec.cloud}"
         )
     root = xr.spec.nvidiaDriverRoot
-    if root is not None and root != stack.driver.root:
+    if root is not None and root != driver_root:
         out.append(
-            f"{name}: spec.nvidiaDriverRoot {root} is deprecated and not read: stack {stack.id} finds the "
-            f"driver at {stack.driver.root}; remove the field"
+            f"{name}: spec.nvidiaDriverRoot {root} is deprecated and not read: stack {stack_id} finds the "
+            f"driver at {driver_root}; remove the field"
         )
     return out
 

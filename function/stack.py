@@ -14,7 +14,9 @@ from functools import cache
 from typing import Any
 
 from function.__version__ import __version__
-from function.model import Accelerator, Cloud
+from function.errors import InputError
+from function.model import Accelerator, Cloud, ServingStack
+from function.xr import xr_name
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,19 @@ def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
         return None
     module = importlib.import_module(f"function.generated.{module_name(cloud.value, accelerator.value)}")
     return stack_from_data(module.STACK)
+
+
+def select_stack(xr: ServingStack) -> Stack:
+    """The stack for the XR's cloud and accelerator; InputError naming the stacks that exist."""
+    assert xr.spec.cloud is not None, "set or inferred by parse_xr"
+    chosen = load(xr.spec.cloud, xr.spec.accelerator)
+    if chosen is None:
+        pairs = ", ".join(f"{c}/{a}" for c, a in available())
+        raise InputError(
+            f"{xr_name(xr.model_dump())}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
+            f"{xr.spec.cloud.value}; stacks exist for {pairs}"
+        )
+    return chosen
 
 
 @cache

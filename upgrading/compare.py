@@ -26,6 +26,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import stack as stacks
 from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, renderer
 from function.model import Accelerator, Cloud, ServingStack
+from function.overrides import Collected, plan
 from function.paths import get_path
 from function.values import deep_merge
 
@@ -135,7 +136,7 @@ def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
     )
     out = fnv1.State().resources
     observed = Observed({HELM_PC: fnv1.Resource(), KUBERNETES_PC: fnv1.Resource()})
-    renderer(stack).render(xr, observed, None, out)
+    renderer(stack).render(xr, observed, plan(stack, Collected()).planned, out)
     return {k: resource.struct_to_dict(v.resource) for k, v in out.items()}
 
 

@@ -24,7 +24,7 @@ from function.inputs import plain, plain_value
 from function.model import ServingStack
 
 from . import memory
-from .document import DOCUMENT_KEY, Document, Found, RegistryPolicy, content_digest, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, content_digest, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -267,7 +267,7 @@ def ask(rsp: fnv1.RunFunctionResponse, wanted: list[Requirement]) -> None:
         )
 
 
-def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Found | None:
+def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Collected | None:
     """Ask for the override documents; None until Crossplane has supplied them."""
     given = parse_input(req)
     wanted = requirements(given.spec if given is not None else InputSpec())

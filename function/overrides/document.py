@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -28,27 +28,20 @@ from pydantic import (
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
+from function.tree import whole_numbers
+
+from .planned import State
 
 # Where an EnvironmentConfig carries its override document.
 DOCUMENT_KEY = "servingStack"
-
-STATES = ("Managed", "Unmanaged", "Removed")
-State = Literal["Managed", "Unmanaged", "Removed"]
 
 # A Kubernetes object name segment (RFC 1123 label): driver names become part of
 # a composed resource key and of the driver resource's metadata.name.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
-def _integral(value: Any) -> Any:
-    # Struct stores every number as a double: 2 comes back as 2.0.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Int = Annotated[StrictInt, BeforeValidator(_integral)]
-Quantity = Annotated[StrictInt | str, BeforeValidator(_integral)]
+Int = Annotated[StrictInt, BeforeValidator(whole_numbers)]
+Quantity = Annotated[StrictInt | str, BeforeValidator(whole_numbers)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
@@ -289,7 +282,7 @@ Fingerprint = tuple[tuple[str, bytes, bool], ...]
 
 
 @dataclass(frozen=True)
-class Found:
+class Collected:
     """The override documents that apply to one XR, in application order, and what to tell the user."""
 
     applied: tuple[str, ...] = ()
