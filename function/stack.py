@@ -75,11 +75,11 @@ class Component:
     replicas: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
     pod_disruption_budgets: tuple[PdbPaths, ...] = ()
-    image_pull_secrets: tuple[str, ...] = ()  # paths taking a list of {name: …}
-    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
-    image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
-    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
-    # Object only (images and image_pull_secrets above are manifest paths there)
+    pull_secret_ref_list_paths: tuple[str, ...] = ()  # paths taking a list of {name: …}
+    pull_secret_name_list_paths: tuple[str, ...] = ()  # paths taking a list of plain names
+    pull_secret_name_paths: tuple[str, ...] = ()  # paths taking one name
+    pull_secret_ref_paths: tuple[str, ...] = ()  # paths taking one {name: …}
+    # Object only (images and the pull secret paths above are manifest paths there)
     manifest: dict[str, Any] = field(default_factory=dict)
     readiness: dict[str, str] = field(default_factory=dict)
     # Manifest fields filled from the XR at render time: manifest path -> parameter name.
@@ -104,8 +104,8 @@ class DriverSource:
     # Operator values that make it reconcile per-pool resources instead of its own driver.
     operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
-    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
-    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
+    pull_secret_name_list_paths: tuple[str, ...] = ()  # paths taking a list of plain names
+    pull_secret_ref_paths: tuple[str, ...] = ()  # paths taking one {name: …}
     # Where a pool's driver image repository goes; set: every pool must name one.
     image_path: str = ""
 
@@ -155,10 +155,10 @@ def _component(raw: dict[str, Any]) -> Component:
             )
             for pdb in raw.get("podDisruptionBudgets", ())
         ),
-        image_pull_secrets=tuple(raw.get("imagePullSecrets", ())),
-        image_pull_secret_names=tuple(raw.get("imagePullSecretNames", ())),
-        image_pull_secret_name=tuple(raw.get("imagePullSecretName", ())),
-        image_pull_secret_ref=tuple(raw.get("imagePullSecretRef", ())),
+        pull_secret_ref_list_paths=tuple(raw.get("imagePullSecrets", ())),
+        pull_secret_name_list_paths=tuple(raw.get("imagePullSecretNames", ())),
+        pull_secret_name_paths=tuple(raw.get("imagePullSecretName", ())),
+        pull_secret_ref_paths=tuple(raw.get("imagePullSecretRef", ())),
         manifest=raw.get("manifest", {}),
         readiness=raw.get("readiness", {}),
         xr_fields=raw.get("xrFields", {}),
@@ -181,8 +181,8 @@ def stack_from_data(raw: dict[str, Any]) -> Stack:
             node_selector_path=driver.get("nodeSelectorPath", ""),
             operator_values=driver.get("operatorValues", {}),
             images=tuple(_image(i) for i in driver.get("images", ())),
-            image_pull_secret_names=tuple(driver.get("imagePullSecretNames", ())),
-            image_pull_secret_ref=tuple(driver.get("imagePullSecretRef", ())),
+            pull_secret_name_list_paths=tuple(driver.get("imagePullSecretNames", ())),
+            pull_secret_ref_paths=tuple(driver.get("imagePullSecretRef", ())),
             image_path=driver.get("imagePath", ""),
         ),
         components=tuple(_component(c) for c in raw["components"]),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from function import generated, stack
 from function.errors import InputError
@@ -375,3 +376,12 @@ def test_untouched_components_stay_the_generated_objects() -> None:
 
 def test_generated_modules_exist_for_every_pair() -> None:
     assert len(generated.STACKS) == len(PAIRS) >= 8
+
+
+@pytest.mark.parametrize("kind", ["images", "charts"])
+def test_a_rule_is_written_with_from_only(kind: str) -> None:
+    # `from` is the field's only name: the Python attribute (source) is not a second spelling.
+    target = "m.example.com/hub" if kind == "images" else "oci://m.example.com/charts"
+    with pytest.raises(ValidationError, match="from\n  Field required"):
+        OverrideDocument.model_validate({"registry": {kind: [{"source": "*", "to": target}]}})
+    assert OverrideDocument.model_validate({"registry": {kind: [{"from": "*", "to": target}]}}).registry

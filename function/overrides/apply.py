@@ -253,10 +253,10 @@ def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc
     for path in images.write_pull_secrets(
         values,
         mirrors.image_pull_secrets,
-        lists=comp.image_pull_secrets,
-        plain_lists=comp.image_pull_secret_names,
-        single=comp.image_pull_secret_name,
-        refs=comp.image_pull_secret_ref,
+        ref_list_paths=comp.pull_secret_ref_list_paths,
+        name_list_paths=comp.pull_secret_name_list_paths,
+        name_paths=comp.pull_secret_name_paths,
+        ref_paths=comp.pull_secret_ref_paths,
     ):
         acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
 
@@ -305,8 +305,8 @@ def _manifest(
         written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
         found.append(one)
         changes += written
-    if secrets and comp.image_pull_secrets:
-        paths = images.write_pull_secrets(manifest, secrets, lists=comp.image_pull_secrets)
+    if secrets and comp.pull_secret_ref_list_paths:
+        paths = images.write_pull_secrets(manifest, secrets, ref_list_paths=comp.pull_secret_ref_list_paths)
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.document, f"manifest.{change.path}")

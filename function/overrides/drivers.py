@@ -44,8 +44,8 @@ def driver_component(
         for path in images.write_pull_secrets(
             manifest,
             mirrors.image_pull_secrets,
-            plain_lists=source.image_pull_secret_names,
-            refs=source.image_pull_secret_ref,
+            name_list_paths=source.pull_secret_name_list_paths,
+            ref_paths=source.pull_secret_ref_paths,
         ):
             provenance[f"manifest.{path}"] = mirrors.image_pull_secrets_by
     return (

@@ -276,23 +276,23 @@ def write_pull_secrets(
     target: dict[str, Any],
     names: tuple[str, ...],
     *,
-    lists: tuple[str, ...] = (),
-    plain_lists: tuple[str, ...] = (),
-    single: tuple[str, ...] = (),
-    refs: tuple[str, ...] = (),
+    ref_list_paths: tuple[str, ...] = (),
+    name_list_paths: tuple[str, ...] = (),
+    name_paths: tuple[str, ...] = (),
+    ref_paths: tuple[str, ...] = (),
 ) -> list[str]:
     """Add pull secrets at every declared path, in the shape each path takes; the paths written.
 
-    ``lists`` take ``[{name: x}]``, ``plain_lists`` ``[x]``, ``single`` one name
-    and ``refs`` one ``{name: x}``; the last two get the first secret (the
-    mirror's credentials come first).
+    ``ref_list_paths`` take ``[{name: x}]``, ``name_list_paths`` ``[x]``,
+    ``name_paths`` one name and ``ref_paths`` one ``{name: x}``; the last two
+    get the first secret (the mirror's credentials come first).
     """
-    for path in lists:
+    for path in ref_list_paths:
         set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=False))
-    for path in plain_lists:
+    for path in name_list_paths:
         set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=True))
-    for path in single:
+    for path in name_paths:
         set_path(target, path, names[0])
-    for path in refs:
+    for path in ref_paths:
         set_path(target, path, {"name": names[0]})
-    return [*lists, *plain_lists, *single, *refs]
+    return [*ref_list_paths, *name_list_paths, *name_paths, *ref_paths]
