@@ -1,4 +1,4 @@
-"""Turn a stack (plus what the override layer planned) into desired resources.
+"""Render a plan (planning's output, function.overrides) into desired resources: bodies, Usages, ProviderConfigs.
 
 Everything that does not depend on the request is converted to protobuf once
 per process: RunFunction runs on every reconcile of every cluster.
