@@ -56,7 +56,7 @@ def chart_block(chart: ChartRef) -> dict[str, Any]:
     }
 
 
-def release_body(component: Component) -> dict[str, Any]:
+def _release_body(component: Component) -> dict[str, Any]:
     assert component.chart is not None
     return {
         "apiVersion": HELM_API,
@@ -78,10 +78,10 @@ def release_body(component: Component) -> dict[str, Any]:
     }
 
 
-def object_body(component: Component, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
+def _object_body(component: Component) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "providerConfigRef": {"kind": "ProviderConfig", "name": ""},
-        "forProvider": {"manifest": manifest if manifest is not None else component.manifest},
+        "forProvider": {"manifest": component.manifest},
     }
     if component.readiness:
         spec["readiness"] = dict(component.readiness)
@@ -89,7 +89,7 @@ def object_body(component: Component, manifest: dict[str, Any] | None = None) ->
 
 
 def component_body(component: Component) -> dict[str, Any]:
-    return release_body(component) if component.is_release else object_body(component)
+    return _release_body(component) if component.is_release else _object_body(component)
 
 
 def api_kind(component: Component) -> tuple[str, str]:
