@@ -166,10 +166,12 @@ def _cycles(edges: dict[str, dict[str, list[tuple[tuple[str, ...], int]]]]) -> l
     return out
 
 
-def test_every_function_module_has_a_layer() -> None:
+def test_every_function_module_has_a_layer_and_every_listed_module_exists() -> None:
     known, _ = _graph("function")
     unplaced = sorted(m for m in known if not any(m in members for _n, members in LAYERS))
     assert not unplaced, f"modules in no layer (add them to LAYERS): {unplaced}"
+    listed = {m for _n, members in LAYERS for m in members} - {"function.generated"}
+    assert listed <= set(known), f"listed but gone (take them out of LAYERS): {sorted(listed - set(known))}"
 
 
 def test_no_upward_import() -> None:
