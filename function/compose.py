@@ -1,4 +1,4 @@
-"""Turn a stack (plus what the override layer planned) into desired resources.
+"""Render a plan (planning's output, function.overrides) into desired resources: bodies, Usages, ProviderConfigs.
 
 Everything that does not depend on the request is converted to protobuf once
 per process: RunFunction runs on every reconcile of every cluster.
@@ -6,8 +6,6 @@ per process: RunFunction runs on every reconcile of every cluster.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -17,45 +15,28 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from function.bodies import (
+    HELM_API,
+    KUBERNETES_API,
+    RESOURCE_LABEL,
+    USAGE_CONSUMER_LABEL,
+    api_kind,
+    component_body,
+    label_value,
+)
 from function.cache import MIB, PROTOBUF_FACTOR, BoundedCache
 from function.inputs import ready
 from function.model import SecretEntry, ServingStack
+from function.overrides.planned import REMOVED, UNMANAGED, Planned
 from function.stack import Component, Stack
 from function.tree import to_struct
 
-HELM_API = "helm.m.crossplane.io/v1beta1"
-KUBERNETES_API = "kubernetes.m.crossplane.io/v1alpha1"
 USAGE_API = "protection.crossplane.io/v1beta1"
-
-# Label every composed resource carries, so Usages can select a sibling by key.
-RESOURCE_LABEL = "modelplane.ai/resource"
-# Label pinning a ProviderConfig Usage's `by` selector to one consumer, with the
-# Usage key `usage-pc-<key>`: both as v0.3.1's compose-usages step wrote them,
-# so clusters upgraded from it keep their Usages (UPSTREAM.md).
-USAGE_CONSUMER_LABEL = "modelplane.ai/usage-consumer"
-# A label value is at most 63 characters (Kubernetes validation
-# IsValidLabelValue); a driver pool name alone may take 63.
-LABEL_VALUE_MAX = 63
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-EXTERNAL_NAME = "crossplane.io/external-name"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
 OVERRIDDEN_BY = "servingstack.modelplane.ai/overridden-by"
 
 HELM_PC = "provider-config-helm"
 KUBERNETES_PC = "provider-config-kubernetes"
-
-MANAGED = "Managed"
-UNMANAGED = "Unmanaged"
-REMOVED = "Removed"
-
-
-@dataclass(frozen=True)
-class Planned:
-    """A component as the override layer left it for this request."""
-
-    component: Component
-    state: str = MANAGED
-    changed_by: tuple[str, ...] = ()
 
 
 @dataclass
@@ -76,77 +57,14 @@ def provider_config_name(xr: ServingStack) -> str:
     return resource.child_name(xr.metadata.name, "cluster")
 
 
-def label_value(key: str) -> str:
-    """``key`` as a valid label value: itself when it fits, else a prefix plus a digest of the whole.
-
-    The digest keeps two long keys with a common prefix apart, so a Usage
-    selector still resolves to the one resource it means.
-    """
-    if len(key) <= LABEL_VALUE_MAX and _LABEL_VALUE.match(key):
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    prefix = re.sub(r"[^-A-Za-z0-9_.]", "-", key)[: LABEL_VALUE_MAX - len(digest) - 1].strip("-_.")
-    return f"{prefix}-{digest}" if prefix else digest
-
-
-def _labels(key: str) -> dict[str, Any]:
-    value = label_value(key)
-    return {"labels": {RESOURCE_LABEL: value, USAGE_CONSUMER_LABEL: value}}
-
-
-def release_body(component: Component) -> dict[str, Any]:
-    assert component.chart is not None
-    return {
-        "apiVersion": HELM_API,
-        "kind": "Release",
-        "metadata": {
-            # Stable, short Helm release name that cannot collide with a
-            # release the cluster already runs (and matches today's releases).
-            "annotations": {EXTERNAL_NAME: component.release_name},
-            **_labels(component.key),
-        },
-        "spec": {
-            "providerConfigRef": {"kind": "ProviderConfig", "name": ""},
-            "forProvider": {
-                "chart": {
-                    "name": component.chart.name,
-                    "repository": component.chart.repository,
-                    "version": component.chart.version,
-                    **(
-                        {"pullSecretRef": {"name": component.chart.pull_secret_ref}}
-                        if component.chart.pull_secret_ref
-                        else {}
-                    ),
-                },
-                "namespace": component.namespace,
-                "values": component.values,
-            },
-        },
-    }
-
-
-def object_body(component: Component, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "providerConfigRef": {"kind": "ProviderConfig", "name": ""},
-        "forProvider": {"manifest": manifest if manifest is not None else component.manifest},
-    }
-    if component.readiness:
-        spec["readiness"] = dict(component.readiness)
-    return {"apiVersion": KUBERNETES_API, "kind": "Object", "metadata": _labels(component.key), "spec": spec}
-
-
-def component_body(component: Component) -> dict[str, Any]:
-    return release_body(component) if component.is_release else object_body(component)
-
-
 def _selector(label: str, key: str) -> dict[str, Any]:
     # This XR's resource carrying the key's label (a sibling XR's has the same label).
     return {"matchControllerRef": True, "matchLabels": {label: label_value(key)}}
 
 
 def _usage(used: Component, user: Component) -> dict[str, Any]:
-    of_api, of_kind = _api_kind(used)
-    by_api, by_kind = _api_kind(user)
+    of_api, of_kind = api_kind(used)
+    by_api, by_kind = api_kind(user)
     return {
         "apiVersion": USAGE_API,
         "kind": "Usage",
@@ -206,10 +124,6 @@ def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> struc
     )
 
 
-def _api_kind(component: Component) -> tuple[str, str]:
-    return (HELM_API, "Release") if component.is_release else (KUBERNETES_API, "Object")
-
-
 def usage_key(of_key: str, by_key: str) -> str:
     return f"usage-{of_key}-by-{by_key}"
 
@@ -238,11 +152,8 @@ class StackRenderer:
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
-        self.plan = tuple(Planned(c) for c in stack.components)
         self._own = {c.key: c for c in stack.components}
         self._static = {c.key: _to_struct(component_body(c)) for c in stack.components}
-        # What a full copy of the stack's bodies weighs, for caches holding one.
-        self.serialized_bytes = sum(s.ByteSize() for s in self._static.values())
 
     def _struct(self, component: Component) -> struct_pb2.Struct:
         cached = self._static.get(component.key)
@@ -269,7 +180,7 @@ class StackRenderer:
         self,
         xr: ServingStack,
         observed: Observed,
-        plan: Sequence[Planned] | None,
+        plan: Sequence[Planned],
         into: MutableMapping[str, fnv1.Resource],
     ) -> list[str]:
         """Write the desired composed resources for one XR into ``into``, keyed by composed resource name.
@@ -279,7 +190,6 @@ class StackRenderer:
         the stack needs that are not composed yet (waiting for the
         ProviderConfigs), so the XR can say it is not ready.
         """
-        plan = self.plan if plan is None else plan
         pc_name = provider_config_name(xr)
         kubeconfig = xr.spec.kubeconfig()
         assert kubeconfig is not None, "checked before rendering"
@@ -328,15 +238,15 @@ class StackRenderer:
         pc_name: str,
     ) -> None:
         # Usages have no readiness of their own to wait for.
-        consumers = {key: _api_kind(comp) for key, comp in rendered.items()}
+        consumers = {key: api_kind(comp) for key, comp in rendered.items()}
         # A consumer on its way out (no longer desired, still observed) keeps
         # its ProviderConfig until it is gone: its uninstall needs it. Only
         # one carrying our consumer label: another pipeline step's resources
         # are not ours to protect, and a selector must resolve.
         for key, obs in observed.resources.items():
-            api_kind = _remote_api_kind(obs.resource)
-            if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
-                consumers[key] = api_kind
+            remote = _remote_api_kind(obs.resource)
+            if key not in rendered and remote is not None and _consumer_label(obs.resource) == label_value(key):
+                consumers[key] = remote
         for key, (api, kind) in consumers.items():
             target = out[provider_config_usage_key(key)]
             _write_ready(target, _provider_config_usage(api, kind, key))
@@ -390,8 +300,8 @@ def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
 def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
     """(apiVersion, kind) of an observed Release or Object; None for anything else."""
     api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
-    api_kind = (api.string_value if api else "", kind.string_value if kind else "")
-    return api_kind if api_kind in ((HELM_API, "Release"), (KUBERNETES_API, "Object")) else None
+    pair = (api.string_value if api else "", kind.string_value if kind else "")
+    return pair if pair in ((HELM_API, "Release"), (KUBERNETES_API, "Object")) else None
 
 
 def _consumer_label(body: struct_pb2.Struct) -> str:

@@ -13,28 +13,17 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
-from pydantic import ValidationError
 
-from function import events, legacy, overrides, requestlog, stack
+from function import events, legacy, overrides, requestlog
 from function.cache import MIB, BoundedCache
 from function.compose import Observed, renderer
-from function.errors import InputError, bounded, describe, excerpt
+from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, plain_value, undecodable
-from function.model import KUBECONFIG, Metadata, ServingStack
+from function.model import Metadata
+from function.stack import select_stack
 from function.status import write_stack_status
 from function.transforms import Transform, apply_transforms
-
-
-def _xr_name(raw: dict[str, Any]) -> str:
-    meta = raw.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    # Whatever types they have: the name is for messages only, and the model
-    # reports a mistyped name or namespace itself.
-    name, namespace = meta.get("name", "?"), meta.get("namespace", "")
-    name = excerpt(name if isinstance(name, str) else repr(name))
-    namespace = excerpt(namespace if isinstance(namespace, str) else repr(namespace))
-    return f"ServingStack {namespace + '/' if namespace else ''}{name}"
-
+from function.xr import parse_xr, xr_name
 
 # The metadata the model reads; the rest (managedFields, annotations …) is
 # Kubernetes' and can be large, so it is not converted on every reconcile.
@@ -52,7 +41,7 @@ def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
         for k, v in (meta_fields.items() if meta_fields is not None else ())
         if k in ("name", "namespace") and v.HasField("string_value")
     }
-    name = _xr_name({"metadata": named})  # for messages about the metadata itself
+    name = xr_name({"metadata": named})  # for messages about the metadata itself
     raw = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind", "spec") if k in fields}
     if meta_fields is not None:
         raw["metadata"] = {
@@ -61,28 +50,6 @@ def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
     elif meta is not None:
         raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
     return raw
-
-
-def parse_xr(raw: dict[str, Any]) -> ServingStack:
-    try:
-        xr = ServingStack.model_validate(raw)
-    except ValidationError as err:
-        raise InputError(describe(err, _xr_name(raw))) from None
-    if xr.spec.kubeconfig() is None:
-        raise InputError(f"{_xr_name(raw)}: spec.secrets: a secret of type {KUBECONFIG} is required")
-    return legacy.resolve(xr, _xr_name(raw))
-
-
-def select_stack(xr: ServingStack) -> stack.Stack:
-    assert xr.spec.cloud is not None, "set or inferred by parse_xr"
-    chosen = stack.load(xr.spec.cloud, xr.spec.accelerator)
-    if chosen is None:
-        pairs = ", ".join(f"{c}/{a}" for c, a in stack.available())
-        raise InputError(
-            f"{_xr_name(xr.model_dump())}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
-            f"{xr.spec.cloud.value}; stacks exist for {pairs}"
-        )
-    return chosen
 
 
 def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.RunFunctionResponse:
@@ -96,12 +63,14 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
         chosen = select_stack(xr)
-        legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen, _xr_name(raw))
+        legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen.id, chosen.driver_root, xr_name(raw))
         found = overrides.collect(req, rsp, xr)
         if found is None:
             return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
-        plan, warnings, notes = overrides.plan(chosen, found)
-        pending = renderer(chosen).render(xr, Observed(req.observed.resources), plan, into=rsp.desired.resources)
+        plan = overrides.plan(chosen, found)
+        pending = renderer(chosen).render(
+            xr, Observed(req.observed.resources), plan.planned, into=rsp.desired.resources
+        )
         apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
         return _fatal(req, str(err))
@@ -117,9 +86,9 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
     address = _gateway_address(req)
     if address:
         status["gateway"] = {"address": address}
-    write_stack_status(status, chosen, plan, found, rsp.desired.resources.keys())
-    normals = [bounded(n) for n in (*found.notes, *notes, overrides.summary(chosen, found, plan))]
-    warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *warnings)]
+    write_stack_status(status, chosen, plan.planned, found, rsp.desired.resources.keys())
+    normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
+    warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
     events.report(req, rsp, warned, normals, status["stack"])
     return rsp
 

@@ -12,19 +12,11 @@ from __future__ import annotations
 
 from function.errors import InputError
 from function.model import KUBECONFIG, Cloud, ServingStack, ServingStackSpec
-from function.stack import Stack
 
 # Where GKE's COS node image installs the NVIDIA driver; v0.3.1's
 # compose-inference-cluster sets exactly this root on GKE clusters and
 # nowhere else (_GKE_NVIDIA_DRIVER_ROOT).
 GKE_DRIVER_ROOT = "/home/kubernetes/bin/nvidia"
-
-# v0.3.1 passed spec.nvidiaDriverRoot to this value of the DRA driver's chart
-# (stacks/charts.yaml nvidia-dra-driver-gpu driverRoot); each stack file sets it
-# there now, the one place a stack states its driver root. "/" is the chart's
-# default (nvidia-dra-driver-gpu 25.12.0 values.yaml), v0.3.1's XRD default,
-# and the root of a stack without the DRA driver.
-DRIVER_ROOT_VALUE, DEFAULT_DRIVER_ROOT = "nvidiaDriverRoot", "/"
 
 # The cloud an identity secret belongs to. Kubeconfig-only ServingStacks
 # (v0.3.1's EKS, AKS, Vultr and Existing) say nothing about their cloud.
@@ -90,8 +82,8 @@ def resolve(xr: ServingStack, name: str) -> ServingStack:
     return xr.model_copy(update={"spec": xr.spec.model_copy(update={"cloud": clouds.pop()})})
 
 
-def notes(xr: ServingStack, cloud_given: bool, stack: Stack, name: str) -> list[str]:
-    """Warnings for a ServingStack that still uses v0.3.1's fields."""
+def notes(xr: ServingStack, cloud_given: bool, stack_id: str, driver_root: str, name: str) -> list[str]:
+    """Warnings for a ServingStack that still uses v0.3.1's fields; the stack's id and where it finds the driver."""
     out = []
     if not cloud_given:
         _, words = _evidence(xr.spec)
@@ -99,22 +91,13 @@ def notes(xr: ServingStack, cloud_given: bool, stack: Stack, name: str) -> list[
             f"{name}: spec.cloud is not set (a ServingStack written for v0.3.1): {xr.spec.cloud} inferred "
             f"from {words}; set spec.cloud: {xr.spec.cloud}"
         )
-    root, stack_root = xr.spec.nvidiaDriverRoot, driver_root(stack)
-    if root is not None and root != stack_root:
+    root = xr.spec.nvidiaDriverRoot
+    if root is not None and root != driver_root:
         out.append(
-            f"{name}: spec.nvidiaDriverRoot {root} is deprecated and not read: stack {stack.id} finds the "
-            f"driver at {stack_root}; remove the field"
+            f"{name}: spec.nvidiaDriverRoot {root} is deprecated and not read: stack {stack_id} finds the "
+            f"driver at {driver_root}; remove the field"
         )
     return out
-
-
-def driver_root(stack: Stack) -> str:
-    """Where the stack's DRA driver finds the NVIDIA driver on its nodes."""
-    for component in stack.components:
-        if component.key == VERSION_COMPONENTS["nvidiaDraDriver"]:
-            root = component.values.get(DRIVER_ROOT_VALUE, DEFAULT_DRIVER_ROOT)
-            return root if isinstance(root, str) else DEFAULT_DRIVER_ROOT
-    return DEFAULT_DRIVER_ROOT
 
 
 def _check_versions(spec: ServingStackSpec, name: str) -> None:

@@ -29,9 +29,10 @@ from function.main import cli
 from function.model import Accelerator, Cloud, ServingStack
 from function.overrides.collect import parse_environment_config
 from function.overrides.document import Document
-from function.render_loop import RenderError, RenderResult, render_documents, struct_to_dict
+from function.render_loop import RenderError, RenderResult, render_documents
 from function.stack import Stack
 from function.transforms import Transform
+from function.tree import struct_to_dict
 
 __all__ = [
     "Document",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import yaml
@@ -16,18 +15,16 @@ from function import offline, server, stack
 from function.cache import MIB
 from function.compose import renderer
 from function.errors import InputError
-from function.fn import FunctionRunner, parse_xr, select_stack
+from function.files import fail, read_documents, read_one
+from function.fn import FunctionRunner
 from function.inputs import GRPC_MAX_RECEIVE_BYTES
 from function.model import Accelerator, Cloud
 from function.overrides import explain as explaining  # the module; `explain` is the command
 from function.overrides import pulls
 from function.render_loop import RenderError, dump_yaml, fetch_resources, render_documents, to_jsonable
+from function.stack import select_stack
 from function.validate import validate
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"function: {message}", err=True)
-    sys.exit(1)
+from function.xr import parse_xr
 
 
 def _warm_up() -> None:
@@ -89,13 +86,13 @@ def cli(
         log.warning("--insecure given: ignoring the TLS certificates directory", dir=tls_certs_dir)
         tls_certs_dir = None
     if not insecure and tls_certs_dir is None:
-        _fail("either --insecure or --tls-certs-dir (TLS_SERVER_CERTS_DIR) is required")
+        fail("either --insecure or --tls-certs-dir (TLS_SERVER_CERTS_DIR) is required")
     if max_recv_message_size <= 0 or (max_send_message_size is not None and max_send_message_size <= 0):
-        _fail("--max-recv-message-size and --max-send-message-size are in MB and must be positive")
+        fail("--max-recv-message-size and --max-send-message-size are in MB and must be positive")
     try:
         creds = runtime.load_credentials(tls_certs_dir) if tls_certs_dir is not None else None
     except OSError as err:
-        _fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
+        fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
     _warm_up()
     listen = server.Listen(
         address=address,
@@ -107,7 +104,7 @@ def cli(
     try:
         server.serve(_runner(ctx), listen)
     except Exception as err:  # noqa: BLE001 - a server that cannot start (any cause) says why in one line
-        _fail(f"cannot serve on {address}: {err}")
+        fail(f"cannot serve on {address}: {err}")
 
 
 # The receive limit's default is the function's own (function/inputs.py: large
@@ -122,18 +119,6 @@ def _runner(ctx: click.Context) -> FunctionRunner:
     """The fork's runner when it passed one as ``obj``, else the plain function."""
     obj = ctx.find_root().obj
     return obj if isinstance(obj, FunctionRunner) else FunctionRunner()
-
-
-def _read_documents(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in paths:
-        files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
-        for file in files:
-            try:
-                docs += [d for d in yaml.safe_load_all(file.read_text()) if isinstance(d, dict)]
-            except (OSError, yaml.YAMLError) as err:
-                _fail(f"cannot read {file}: {err}")
-    return docs
 
 
 _REQUIRED_OPTION = click.option(
@@ -166,15 +151,6 @@ def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
     return command
 
 
-def _read_one(path: Path | None, what: str) -> dict[str, Any] | None:
-    if path is None:
-        return None
-    docs = _read_documents((path,))
-    if len(docs) != 1:
-        _fail(f"{path}: expected one {what}, found {len(docs)} documents")
-    return docs[0]
-
-
 def _context(files: tuple[str, ...], values: tuple[str, ...]) -> dict[str, Any]:
     """``--context-files``/``--context-values`` KEY=... pairs; values win on the same key, as in render."""
     out: dict[str, Any] = {}
@@ -182,16 +158,16 @@ def _context(files: tuple[str, ...], values: tuple[str, ...]) -> dict[str, Any]:
         for pair in pairs:
             key, sep, text = pair.partition("=")
             if not sep or not key:
-                _fail(f"{flag} {pair}: expected KEY=VALUE")
+                fail(f"{flag} {pair}: expected KEY=VALUE")
             if flag == "--context-files":
                 try:
                     text = Path(text).read_text()
                 except OSError as err:
-                    _fail(f"{flag} {key}: cannot read {text}: {err.strerror}")
+                    fail(f"{flag} {key}: cannot read {text}: {err.strerror}")
             try:
                 out[key] = yaml.safe_load(text)
             except yaml.YAMLError as err:
-                _fail(f"{flag} {key}: not JSON or YAML: {err}")
+                fail(f"{flag} {key}: not JSON or YAML: {err}")
     return out
 
 
@@ -250,25 +226,25 @@ def render(
     """
 
     logging.configure(logging.Level.DISABLED)
-    xr = _read_one(xr_file, "ServingStack")
+    xr = read_one(xr_file, "ServingStack")
     assert xr is not None
     if functions_file is not None:
-        _read_documents((functions_file,))  # readable YAML, as render requires
+        read_documents((functions_file,))  # readable YAML, as render requires
     try:
         result = offline.render(
             _runner(ctx),
             xr,
-            composition=_read_one(composition_file, "Composition"),
-            input=_read_one(input_file, "Input"),
-            observed=_read_documents(observed),
-            required=_read_documents(required),
+            composition=read_one(composition_file, "Composition"),
+            input=read_one(input_file, "Input"),
+            observed=read_documents(observed),
+            required=read_documents(required),
             context=_context(context_files, context_values),
         )
         docs = render_documents(
             result, include_results=include_results, include_context=include_context, include_full_xr=include_full_xr
         )
     except RenderError as err:
-        _fail(str(err))
+        fail(str(err))
     click.echo(dump_yaml(docs), nl=False)
 
 
@@ -290,16 +266,16 @@ def explain(
     """Show, per component, which field comes from the generated stack and which from which EnvironmentConfig."""
 
     logging.configure(logging.Level.DISABLED)
-    supplied = _read_documents(required)
+    supplied = read_documents(required)
     try:
-        raw = to_jsonable(_read_one(xr_file, "ServingStack"))
+        raw = to_jsonable(read_one(xr_file, "ServingStack"))
         xr = parse_xr(raw)
         chosen = select_stack(xr)
-        req = explaining.request_for(raw, to_jsonable(_read_one(input_file, "Input")))
+        req = explaining.request_for(raw, to_jsonable(read_one(input_file, "Input")))
         found = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
         components, notes = explaining.explain(chosen, found)
     except InputError as err:
-        _fail(str(err))
+        fail(str(err))
     if output == "yaml":
         click.echo(dump_yaml([explaining.as_data(chosen, found, components, notes)]), nl=False)
     else:
@@ -347,9 +323,9 @@ def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: P
     """Print every image and chart the stack(s) will pull, after the EnvironmentConfigs' overrides."""
 
     logging.configure(logging.Level.DISABLED)
-    supplied = _read_documents(required)
-    given = to_jsonable(_read_one(input_file, "Input"))
-    xrs = [to_jsonable(_read_one(path, "ServingStack")) for path in xr_files] or _every_stack()
+    supplied = read_documents(required)
+    given = to_jsonable(read_one(input_file, "Input"))
+    xrs = [to_jsonable(read_one(path, "ServingStack")) for path in xr_files] or _every_stack()
     found: list[pulls.Pull] = []
     for raw in xrs:
         try:
@@ -359,11 +335,11 @@ def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: P
             found += pulls.pulls(select_stack(xr), offline)
         except InputError as err:
             meta = raw.get("metadata")
-            _fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
+            fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
     try:
         text = {"lines": pulls.as_lines, "pairs": pulls.as_pairs, "skopeo": pulls.as_skopeo}[output](found)
     except InputError as err:
-        _fail(str(err))
+        fail(str(err))
     click.echo(text, nl=False)
 
 

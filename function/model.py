@@ -10,6 +10,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from function.strictmodel import StrictModel
+
 API_GROUP = "infrastructure.modelplane.ai"
 API_VERSION = f"{API_GROUP}/v1alpha1"
 KIND = "ServingStack"
@@ -45,11 +47,7 @@ class Accelerator(StrEnum):
     AMD = "AMD"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SecretEntry(_Strict):
+class SecretEntry(StrictModel):
     type: str
     name: str = Field(min_length=1)
     key: str = Field(min_length=1)
@@ -64,7 +62,7 @@ class SecretEntry(_Strict):
         return value
 
 
-class Listener(_Strict):
+class Listener(StrictModel):
     name: str = Field(min_length=1)
     protocol: str = "HTTP"
     port: int = Field(ge=1, le=65535)
@@ -75,12 +73,12 @@ def _default_listeners() -> list[Listener]:
     return [Listener(name="http", protocol="HTTP", port=80)]
 
 
-class GatewaySpec(_Strict):
+class GatewaySpec(StrictModel):
     className: str = Field(default="envoy", min_length=1)  # noqa: N815 - Kubernetes field name
     listeners: list[Listener] = Field(default_factory=_default_listeners, min_length=1)
 
 
-class LegacyVersions(_Strict):
+class LegacyVersions(StrictModel):
     """v0.3.1's ``spec.versions``: one chart pin per component. Deprecated; see ``function.legacy``."""
 
     gatewayApi: str | None = None  # noqa: N815 - Kubernetes field names
@@ -92,7 +90,7 @@ class LegacyVersions(_Strict):
     nvidiaDraDriver: str | None = None  # noqa: N815
 
 
-class ServingStackSpec(_Strict):
+class ServingStackSpec(StrictModel):
     # None only on a ServingStack written for v0.3.1: function.legacy infers
     # it or refuses, before anything reads it.
     cloud: Cloud | None = None

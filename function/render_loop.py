@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -38,6 +37,7 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import Message
 
 from function import goyaml
+from function.tree import struct_to_dict, whole_numbers
 
 __all__ = [
     "ANNOTATION_COMPOSITION_RESOURCE_NAME",
@@ -157,27 +157,6 @@ def to_struct(value: Mapping[str, Any]) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
     json_format.ParseDict(to_jsonable(value), s)
     return s
-
-
-def struct_to_dict(s: struct_pb2.Struct) -> dict[str, Any]:
-    """Convert a protobuf Struct back to a dict, integral doubles back to ints."""
-    out: dict[str, Any] = normalize_numbers(json_format.MessageToDict(s))
-    return out
-
-
-def normalize_numbers(value: Any) -> Any:
-    """Turn integral floats back into ints, recursively (Struct stores only doubles)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer():
-            return int(value)
-        return value
-    if isinstance(value, Mapping):
-        return {k: normalize_numbers(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [normalize_numbers(v) for v in value]
-    return value
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -817,7 +796,7 @@ def render_documents(
             )
     if include_context and result.has_context:
         docs.append({"apiVersion": RENDER_API_VERSION, "kind": "Context", "fields": result.context})
-    out: list[dict[str, Any]] = normalize_numbers(docs)
+    out: list[dict[str, Any]] = whole_numbers(docs)
     return out
 
 
@@ -828,4 +807,4 @@ def dump_yaml(docs: Sequence[Mapping[str, Any]]) -> str:
     CLI writes them (:mod:`function.goyaml`); integral floats are written as
     ints, so equal input gives equal bytes.
     """
-    return goyaml.dump_documents([normalize_numbers(to_jsonable(doc)) for doc in docs])
+    return goyaml.dump_documents([whole_numbers(to_jsonable(doc)) for doc in docs])

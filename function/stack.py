@@ -27,8 +27,9 @@ from pydantic import AfterValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from function.__version__ import __version__
-from function.errors import describe
-from function.model import Accelerator, Cloud
+from function.errors import InputError, describe
+from function.model import Accelerator, Cloud, ServingStack
+from function.xr import xr_name
 
 # Unknown fields are refused (a typo in stacks/*.yaml, or generated data from
 # another generator version), and fields go by their camelCase data name only.
@@ -36,6 +37,14 @@ from function.model import Accelerator, Cloud
 _SCHEMA = ConfigDict(
     extra="forbid", alias_generator=to_camel, validate_by_name=False, validate_by_alias=True, defer_build=True
 )
+
+# The DRA driver's component, and the value of its chart (stacks/charts.yaml
+# nvidia-dra-driver-gpu driverRoot) where each stack file states its driver
+# root, the one place it does. "/" is the chart's default (nvidia-dra-driver-gpu
+# 25.12.0 values.yaml), v0.3.1's XRD default, and the root of a stack without
+# the DRA driver.
+DRA_DRIVER = "dra-driver"
+DRIVER_ROOT_VALUE, DEFAULT_DRIVER_ROOT = "nvidiaDriverRoot", "/"
 
 
 @dataclass(frozen=True)
@@ -111,16 +120,16 @@ class Component:
     manifest: dict[str, Any] = field(default_factory=dict)
     # A Release's values, then the value paths where its chart takes images,
     # replicas, resources, budgets and pull secrets (on an Object, images and
-    # image_pull_secrets are manifest paths).
+    # the pull secret paths are manifest paths).
     values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
     replicas: tuple[str, ...] = ()
     resources: tuple[str, ...] = ()
     pod_disruption_budgets: tuple[PdbPaths, ...] = ()
-    image_pull_secrets: tuple[str, ...] = ()  # paths taking a list of {name: …}
-    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
-    image_pull_secret_name: tuple[str, ...] = ()  # paths taking one name
-    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
+    pull_secret_ref_list_paths: tuple[str, ...] = ()  # paths taking a list of {name: …}
+    pull_secret_name_list_paths: tuple[str, ...] = ()  # paths taking a list of plain names
+    pull_secret_name_paths: tuple[str, ...] = ()  # paths taking one name
+    pull_secret_ref_paths: tuple[str, ...] = ()  # paths taking one {name: …}
 
     @property
     def is_release(self) -> bool:
@@ -145,8 +154,8 @@ class DriverSource:
     # Operator values that make it reconcile per-pool resources instead of its own default driver.
     operator_values: dict[str, Any] = field(default_factory=dict)
     images: tuple[ImageRef, ...] = ()
-    image_pull_secret_names: tuple[str, ...] = ()  # paths taking a list of plain names
-    image_pull_secret_ref: tuple[str, ...] = ()  # paths taking one {name: …}
+    pull_secret_name_list_paths: tuple[str, ...] = ()  # paths taking a list of plain names
+    pull_secret_ref_paths: tuple[str, ...] = ()  # paths taking one {name: …}
     # Where a pool's driver image repository goes, for operators that build the
     # driver image and push it there: set, every per-pool driver must name one.
     image_path: str = ""
@@ -202,6 +211,15 @@ class Stack:
     provenance: Provenance
     driver: CheckedDriver
     components: tuple[CheckedComponent, ...]
+
+    @property
+    def driver_root(self) -> str:
+        """Where the stack's DRA driver finds the NVIDIA driver on its nodes."""
+        for component in self.components:
+            if component.key == DRA_DRIVER:
+                root = component.values.get(DRIVER_ROOT_VALUE, DEFAULT_DRIVER_ROOT)
+                return root if isinstance(root, str) else DEFAULT_DRIVER_ROOT
+        return DEFAULT_DRIVER_ROOT
 
 
 class StackDataError(Exception):
@@ -260,6 +278,19 @@ def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
         return None
     name = module_name(cloud.value, accelerator.value)
     return from_data(importlib.import_module(f"function.generated.{name}").STACK, f"function/generated/{name}.py")
+
+
+def select_stack(xr: ServingStack) -> Stack:
+    """The stack for the XR's cloud and accelerator; InputError naming the stacks that exist."""
+    assert xr.spec.cloud is not None, "set or inferred by parse_xr"
+    chosen = load(xr.spec.cloud, xr.spec.accelerator)
+    if chosen is None:
+        pairs = ", ".join(f"{c}/{a}" for c, a in available())
+        raise InputError(
+            f"{xr_name(xr.model_dump())}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
+            f"{xr.spec.cloud.value}; stacks exist for {pairs}"
+        )
+    return chosen
 
 
 @cache

@@ -9,14 +9,13 @@ from google.protobuf import struct_pb2
 
 from function.__version__ import __version__
 from function.cache import MIB, PROTOBUF_FACTOR, BoundedCache
-from function.compose import Planned
-from function.overrides import Found, memory
+from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
 from function.stack import Stack
 from function.tree import to_struct
 
 
-def stack_status(stack: Stack, plan: Sequence[Planned], found: Found, rendered: Collection[str]) -> dict[str, Any]:
+def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]) -> dict[str, Any]:
     components = []
     for planned in plan:
         c = planned.component
@@ -51,7 +50,7 @@ _CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], struct_pb2.Struc
 
 
 def write_stack_status(
-    status: struct_pb2.Struct, stack: Stack, plan: Sequence[Planned], found: Found, rendered: Collection[str]
+    status: struct_pb2.Struct, stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]
 ) -> None:
     """Set ``status.stack``, converted once per distinct (stack, documents, rendered keys)."""
     key = (stack, found.fingerprint, frozenset(rendered))

@@ -21,7 +21,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.errors import InputError
 from function.model import ServingStack
-from function.render_loop import struct_to_dict, to_struct
+from function.tree import struct_to_dict, to_struct
 
 Transform = Callable[[ServingStack, dict[str, dict[str, Any]]], None]
 """``transform(xr, resources)``: edit ``resources`` in place."""
@@ -53,4 +53,9 @@ def apply_transforms(
                 f"(added {added}, removed {removed})"
             )
     for key, body in resources.items():
-        desired[key].resource.CopyFrom(to_struct(body))
+        try:
+            struct = to_struct(body)
+        except TypeError as err:
+            names = ", ".join(_name(t) for t in transforms)
+            raise InputError(f"transforms {names}: resource {key}: {err}; a resource holds JSON values only") from None
+        desired[key].resource.CopyFrom(struct)

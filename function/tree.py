@@ -1,6 +1,6 @@
-"""Plain JSON-like trees (dicts, lists, strings, numbers, booleans, None): copied and converted fast.
+"""Plain JSON-like trees (dicts, lists, strings, numbers, booleans, None): copied and converted.
 
-Both run on the cold path (a plan computed for new documents) over every
+``copy_tree`` and ``to_struct`` run on the cold path (a plan computed for new documents) over every
 value of a stack: ``copy.deepcopy`` and ``json_format.ParseDict`` are general
 and several times slower on these trees.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
 
 def copy_tree(node: Any) -> Any:
@@ -54,3 +54,20 @@ def _set(target: struct_pb2.Value, value: Any) -> None:
         target.null_value = struct_pb2.NULL_VALUE
     else:
         raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def struct_to_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """``struct`` as a plain tree, whole numbers back to ints (the inverse of ``to_struct`` for what it makes)."""
+    out: dict[str, Any] = whole_numbers(json_format.MessageToDict(struct))
+    return out
+
+
+def whole_numbers(node: Any) -> Any:
+    """``node`` with every whole float an int, at any depth: a protobuf Struct stores every number as a double."""
+    if isinstance(node, float):
+        return int(node) if node.is_integer() else node  # nan and infinities are not whole
+    if isinstance(node, dict):
+        return {key: whole_numbers(value) for key, value in node.items()}
+    if isinstance(node, list | tuple):
+        return [whole_numbers(item) for item in node]
+    return node

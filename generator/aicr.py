@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from function.values import deep_merge
 from generator import gotemplate
 from generator.aicr_recipes import (
     ALIASES,
@@ -61,9 +62,6 @@ class RecipeData:
         self.registry = registry
         self.files = files  # components/**: relative path -> text
         self._parsed: dict[tuple[str, str], list[Any]] = {}  # (multi, text) -> YAML documents
-
-    def overlay_names(self) -> list[str]:
-        return sorted(self.overlays)
 
     def parsed(self, text: str, where: str, *, multi: bool) -> list[Any]:
         """Parse once per distinct text; callers must deep-copy what they keep."""
@@ -275,17 +273,6 @@ def _apply_registry(ref: Ref, entry: RegistryEntry | None) -> None:
 # ============================================================================ bundle time (§7, §8)
 
 
-def deep_merge(dest: dict[str, Any], src: dict[str, Any]) -> dict[str, Any]:
-    """Level-B merge of ``src`` into ``dest`` (in place, §7.1): maps recurse; lists, scalars
-    and explicit nulls from ``src`` replace. Nulls are kept so Helm deletes the chart default."""
-    for key, value in src.items():
-        if isinstance(value, dict) and isinstance(dest.get(key), dict):
-            deep_merge(dest[key], value)
-        else:
-            dest[key] = copy.deepcopy(value)
-    return dest
-
-
 def _values(data: RecipeData, ref: Ref) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if ref.values_file:
@@ -294,7 +281,7 @@ def _values(data: RecipeData, ref: Ref) -> dict[str, Any]:
             # A variant file stacks on the component's values.yaml only, never on an
             # earlier variant: valuesFile is a single replaceable string (§7, §13 A9).
             values = data.values_file(own)
-        deep_merge(values, data.values_file(ref.values_file))
+        values = deep_merge(values, data.values_file(ref.values_file))
     # Without a valuesFile, values.yaml is NOT loaded: overrides alone (§7 step 5).
     return deep_merge(values, ref.overrides)
 

@@ -73,10 +73,10 @@ def _chart_facts(chart: ChartRef, charts: Charts, key: str) -> dict[str, Any]:
         "images": tuple(facts.images),
         "replicas": tuple(facts.replicas),
         "resources": tuple(facts.resources),
-        "image_pull_secrets": tuple(facts.imagePullSecrets),
-        "image_pull_secret_names": tuple(facts.imagePullSecretNames),
-        "image_pull_secret_name": tuple(facts.imagePullSecretName),
-        "image_pull_secret_ref": tuple(facts.imagePullSecretRef),
+        "pull_secret_ref_list_paths": tuple(facts.pullSecretRefListPaths),
+        "pull_secret_name_list_paths": tuple(facts.pullSecretNameListPaths),
+        "pull_secret_name_paths": tuple(facts.pullSecretNamePaths),
+        "pull_secret_ref_paths": tuple(facts.pullSecretRefPaths),
         "pod_disruption_budgets": (*pdbs, *facts.extraPodDisruptionBudgets),
     }
 
@@ -104,7 +104,7 @@ def _object(key: str, manifest: dict[str, Any], spec: ComponentSpec | None, orig
         depends_on=tuple(spec.dependsOn),
         finalized_by_dependencies=spec.finalizedByDependencies,
         images=tuple(spec.images),
-        image_pull_secrets=tuple(spec.imagePullSecrets),
+        pull_secret_ref_list_paths=tuple(spec.pullSecretRefListPaths),
     )
 
 

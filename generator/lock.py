@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 from pydantic import Field
 
+from function.strictmodel import StrictModel as Strict
 from generator import aicr, aicr_recipes, stackfile
-from generator.stackfile import AicrQuery, StackFileError, Strict
+from generator.stackfile import AicrQuery, StackFileError
 
 LOCK_FILE = "lock.yaml"
 

@@ -17,14 +17,11 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from function.errors import describe
 from function.stack import ChartRef, CheckedDriver, ImageRef, PdbPaths
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from function.strictmodel import StrictModel as Strict
 
 
 class ManifestFile(Strict):
@@ -55,7 +52,7 @@ class ComponentSpec(Strict):
     # manifest only: where it takes images a controller runs (paths in the
     # manifest; pod containers are found without being declared) and pull secrets.
     images: list[ImageRef] = Field(default_factory=list)
-    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
+    pullSecretRefListPaths: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
 
 
 class ComponentPatch(Strict):
@@ -126,10 +123,10 @@ class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
     images: list[ImageRef] = Field(default_factory=list)
-    imagePullSecrets: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
-    imagePullSecretNames: list[str] = Field(default_factory=list)  # noqa: N815 - lists of plain names
-    imagePullSecretName: list[str] = Field(default_factory=list)  # noqa: N815 - one name string
-    imagePullSecretRef: list[str] = Field(default_factory=list)  # noqa: N815 - one {name: …}
+    pullSecretRefListPaths: list[str] = Field(default_factory=list)  # noqa: N815 - lists of {name: …}
+    pullSecretNameListPaths: list[str] = Field(default_factory=list)  # noqa: N815 - lists of plain names
+    pullSecretNamePaths: list[str] = Field(default_factory=list)  # noqa: N815 - one name string
+    pullSecretRefPaths: list[str] = Field(default_factory=list)  # noqa: N815 - one {name: …}
     replicas: list[str] = Field(default_factory=list)
     resources: list[str] = Field(default_factory=list)
     podDisruptionBudget: PdbPaths | None = None  # noqa: N815

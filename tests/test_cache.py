@@ -12,7 +12,7 @@ from function import stack
 from function.cache import BoundedCache, caches
 from function.fn import FunctionRunner
 from function.model import Accelerator, Cloud
-from function.overrides import apply
+from function.overrides import Collected, plan
 from function.overrides.collect import DEFAULT_REQUIREMENT
 from function.overrides.document import Document, OverrideDocument
 from tests.conftest import EXAMPLE, load_docs, make_xr
@@ -86,6 +86,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("stack.py", "load"),
         ("stack.py", "every"),
         ("compose.py", "renderer"),
+        ("apply.py", "_generated"),
         ("strict.py", "stack_hosts"),
     }
     found = set()
@@ -137,8 +138,8 @@ def _explained(docs: dict[str, dict[str, Any]]) -> list[Any]:
         assert loaded is not None
         for names in (["regulated-bank"], ["regulated-bank", "prod-hold"], ["byo-cluster"]):
             documents = [_document(docs[n]) for n in names]
-            result = apply.compute(loaded, documents)
-            out.append((result.provenance, [p.changed_by for p in result.planned], result.notes))
+            result = plan(loaded, Collected(documents=tuple(documents)))
+            out.append((result.provenance, [p.changed_by for p in result.planned], result.warnings))
     return out
 
 

@@ -65,9 +65,9 @@ def test_shortcut_paths_are_read_by_the_chart(chart: str) -> None:
     paths = [
         *facts.replicas,
         *facts.resources,
-        *facts.imagePullSecrets,
-        *facts.imagePullSecretNames,
-        *facts.imagePullSecretName,
+        *facts.pullSecretRefListPaths,
+        *facts.pullSecretNameListPaths,
+        *facts.pullSecretNamePaths,
     ]
     assert [p for p in paths if not read_by_chart(chart, p)] == []
 

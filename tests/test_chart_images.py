@@ -91,10 +91,10 @@ def test_every_image_value_of_the_chart_is_declared_or_never_deployed(chart: str
 def test_every_pull_secret_value_the_templates_read_is_written_or_explained(chart: str, version: str) -> None:
     facts = CHARTS[chart]
     written = {
-        *facts.imagePullSecrets,
-        *facts.imagePullSecretNames,
-        *facts.imagePullSecretName,
-        *facts.imagePullSecretRef,
+        *facts.pullSecretRefListPaths,
+        *facts.pullSecretNameListPaths,
+        *facts.pullSecretNamePaths,
+        *facts.pullSecretRefPaths,
     }
     explained = {o.path for o in facts.otherPullSecrets}
     read_by_templates = {

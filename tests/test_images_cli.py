@@ -9,7 +9,7 @@ import yaml
 from function import stack
 from function.model import Accelerator, Cloud
 from function.overrides import pulls
-from function.overrides.document import Document, Found, OverrideDocument
+from function.overrides.document import Collected, Document, OverrideDocument
 from function.overrides.images import qualify, split_reference
 from tests.conftest import cli
 
@@ -108,7 +108,7 @@ def test_components_the_function_does_not_manage_pull_nothing() -> None:
     chosen = stack.load(Cloud.EXISTING, Accelerator.NVIDIA)
     assert chosen is not None
     doc = OverrideDocument.model_validate({"components": {"cert-manager": {"state": "Unmanaged"}}})
-    found = Found(("byo",), (Document("byo", "EnvironmentConfig byo: data.servingStack", doc, b"byo"),))
+    found = Collected(("byo",), (Document("byo", "EnvironmentConfig byo: data.servingStack", doc, b"byo"),))
     listed = pulls.pulls(chosen, found)
     assert not [p for p in listed if p.component == "cert-manager"]
     assert [p for p in listed if p.component == "prometheus" and p.kind == pulls.CHART]

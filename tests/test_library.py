@@ -124,6 +124,14 @@ def test_transform_input_error_is_a_fatal_naming_it() -> None:
         render(make_xr("GKE"), observed=provider_configs(make_xr("GKE")), transforms=(refuse,))
 
 
+def test_transform_leaving_a_value_that_is_not_json_is_a_fatal_naming_the_resource() -> None:
+    def stamp(_xr: Any, resources: dict[str, dict[str, Any]]) -> None:
+        resources["cert-manager"]["metadata"]["stamp"] = object()
+
+    with pytest.raises(RenderError, match=r"transforms .*stamp: resource cert-manager: not a JSON value: object"):
+        render(make_xr("GKE"), observed=provider_configs(make_xr("GKE")), transforms=(stamp,))
+
+
 def test_fork_example_is_about_forty_lines() -> None:
     assert len((FORK / "acme_fn.py").read_text().splitlines()) <= 50
 

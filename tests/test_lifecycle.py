@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from function import stack
-from function.compose import HELM_PC, KUBERNETES_PC, label_value
+from function.bodies import label_value
+from function.compose import HELM_PC, KUBERNETES_PC
 from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
 from tests.conftest import desired, make_xr, observed_as
 from tests.support.overrides import ec

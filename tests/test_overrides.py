@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from function import stack
 from function.compose import OVERRIDDEN_BY
+from function.overrides import Collected, plan
 from function.overrides.collect import DEFAULT_LABEL
+from function.overrides.planned import MANAGED
 from tests.conftest import desired, make_xr, observed_as, provider_configs, render
 from tests.support.overrides import ENV_API, ec, fatal, messages, mirror_all, overridden, stack_status
 
@@ -429,3 +432,14 @@ def test_a_labelled_config_without_a_document_is_fatal() -> None:
     broken = ec("typo", {})
     broken["data"] = {"other": {}}
     assert "EnvironmentConfig typo: data.servingStack: missing" in fatal(make_xr("GKE"), broken)
+
+
+def test_with_no_document_planning_returns_the_generated_stack_itself() -> None:
+    """The default plan comes from planning, not from the renderer: the generated components, unchanged."""
+    for generated in stack.every():
+        planned = plan(generated, Collected())
+        assert [p.component for p in planned.planned] == list(generated.components)
+        assert all(p.component is c for p, c in zip(planned.planned, generated.components, strict=True))
+        assert {p.state for p in planned.planned} == {MANAGED} and not any(p.changed_by for p in planned.planned)
+        assert plan(generated, Collected()) is planned  # once per stack
+        assert planned.images, "the images the stack pulls are known without a document too"

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from function import generated, stack
 from function.errors import InputError
 from function.model import Accelerator, Cloud
-from function.overrides import apply, strict
+from function.overrides import Collected, plan, strict
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import qualify, split_reference
 from function.overrides.registry import Rule, Rules, rewrite_chart_repository, rewrite_image_name
@@ -279,7 +280,7 @@ def test_strict_refuses_an_image_whose_registry_is_not_known() -> None:
         dataclasses.replace(c, images=(*c.images, unknown)) if c.key == "cert-manager" else c for c in base.components
     )
     with pytest.raises(InputError, match="cert-manager image mystery: no value and no recorded default"):
-        apply.compute(dataclasses.replace(base, components=comps), _document(mirror_all()))
+        plan(dataclasses.replace(base, components=comps), Collected(documents=tuple(_document(mirror_all()))))
 
 
 # --------------------------------------------------------------------------- #
@@ -338,7 +339,7 @@ def test_prefix_only_registry_and_raw_manifest_containers_are_rewritten() -> Non
             "strict": True,
         }
     }
-    planned = {p.component.key: p for p in apply.compute(synthetic, _document(doc)).planned}
+    planned = {p.component.key: p for p in plan(synthetic, Collected(documents=tuple(_document(doc)))).planned}
     kai = planned["kai-scheduler"].component
     assert kai.values["global"]["registry"] == MIRROR + "/nvidia/kai-scheduler"
     assert kai.values["global"]["tolerations"] == [{"operator": "Exists"}]
@@ -360,16 +361,27 @@ def test_strict_catches_a_manifest_image_no_rule_covers() -> None:
     with pytest.raises(
         InputError, match=r"installer manifest\.spec\.template\.spec\.initContainers\[0\]\.image: ubuntu"
     ):
-        apply.compute(synthetic, _document(doc))
+        plan(synthetic, Collected(documents=tuple(_document(doc))))
 
 
 def test_untouched_components_stay_the_generated_objects() -> None:
     chosen = stack.load(Cloud.GKE, Accelerator.NVIDIA)
     assert chosen is not None
-    planned = apply.compute(chosen, _document({"components": {"cert-manager": {"replicas": 2}}})).planned
+    planned = plan(
+        chosen, Collected(documents=tuple(_document({"components": {"cert-manager": {"replicas": 2}}})))
+    ).planned
     same = [p.component is c for p, c in zip(planned, chosen.components, strict=True)]
     assert same.count(False) == 1 and not same[[c.key for c in chosen.components].index("cert-manager")]
 
 
 def test_generated_modules_exist_for_every_pair() -> None:
     assert len(generated.STACKS) == len(PAIRS) >= 8
+
+
+@pytest.mark.parametrize("kind", ["images", "charts"])
+def test_a_rule_is_written_with_from_only(kind: str) -> None:
+    # `from` is the field's only name: the Python attribute (source) is not a second spelling.
+    target = "m.example.com/hub" if kind == "images" else "oci://m.example.com/charts"
+    with pytest.raises(ValidationError, match="from\n  Field required"):
+        OverrideDocument.model_validate({"registry": {kind: [{"source": "*", "to": target}]}})
+    assert OverrideDocument.model_validate({"registry": {kind: [{"from": "*", "to": target}]}}).registry

@@ -15,6 +15,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1bet
 from crossplane.function.runtime import BetaFunctionRunner
 
 from function import render_loop as rl
+from function.tree import struct_to_dict
 from tests.render_loop_fn import TinyFunction
 from tests.serve import serving
 
@@ -73,7 +74,7 @@ def counting(run: rl.RunFn) -> tuple[rl.RunFn, list[fnv1.RunFunctionRequest]]:
 def names(resources: fnv1.Resources) -> list[tuple[str, str]]:
     out = []
     for item in resources.items:
-        d = rl.struct_to_dict(item.resource)
+        d = struct_to_dict(item.resource)
         out.append((d["metadata"].get("namespace", ""), d["metadata"]["name"]))
     return out
 
@@ -97,13 +98,13 @@ def test_requirements_converge_in_two_calls() -> None:
         assert list(req.meta.capabilities) == list(rl.CAPABILITIES)
         assert len(req.meta.capabilities) == 5
         assert req.meta.tag == ""
-        assert rl.struct_to_dict(req.observed.composite.resource) == XR
-        assert rl.struct_to_dict(req.input) == {"mode": "require", "namespace": "team-a"}
+        assert struct_to_dict(req.observed.composite.resource) == XR
+        assert struct_to_dict(req.input) == {"mode": "require", "namespace": "team-a"}
         assert req.HasField("desired")
         assert len(req.desired.resources) == 0
         assert not req.desired.HasField("composite")
     assert first.HasField("context")
-    assert rl.struct_to_dict(first.context) == {}
+    assert struct_to_dict(first.context) == {}
     assert len(first.required_resources) == 0
 
     assert sorted(second.required_resources) == ["gpus", "settings"]
@@ -112,7 +113,7 @@ def test_requirements_converge_in_two_calls() -> None:
 
     assert sorted(result.desired.resources) == ["config", "pool"]
     assert result.desired.resources["config"].ready == fnv1.READY_TRUE
-    assert rl.struct_to_dict(result.desired.resources["pool"].resource)["spec"] == {"replicas": 3, "ratio": 0.5}
+    assert struct_to_dict(result.desired.resources["pool"].resource)["spec"] == {"replicas": 3, "ratio": 0.5}
     assert result.context == {"example.org/tiny": {"replicas": 3}}
     assert [r.message for r in result.results] == ["found 2 GPU nodes"]
     assert result.result_steps == ["tiny"]
@@ -133,7 +134,7 @@ def test_selector_that_matches_nothing_still_appears_with_no_items() -> None:
     assert "settings" in req.required_resources
     assert len(req.required_resources["settings"].items) == 0
     # The tiny function treats "resolved but empty" as done and uses defaults.
-    assert rl.struct_to_dict(result.desired.resources["pool"].resource)["spec"]["replicas"] == 1
+    assert struct_to_dict(result.desired.resources["pool"].resource)["spec"]["replicas"] == 1
 
 
 def test_selector_with_neither_name_nor_labels_matches_all_of_the_kind() -> None:
@@ -141,7 +142,7 @@ def test_selector_with_neither_name_nor_labels_matches_all_of_the_kind() -> None
     assert result.calls == 2
     sent = result.requests[1].required_resources["every"]
     assert names(sent) == [("other", "settings"), ("team-a", "settings"), ("team-a", "unrelated")]
-    assert rl.struct_to_dict(result.desired.composite.resource) == {
+    assert struct_to_dict(result.desired.composite.resource) == {
         "status": {"configMaps": ["settings", "settings", "unrelated"]}
     }
 
@@ -178,7 +179,7 @@ def test_requirements_that_never_stabilise_fail_after_six_calls() -> None:
     )
     assert err.value.step == "tiny"
     # The context each response returned was passed on to the next call.
-    assert [rl.struct_to_dict(r.context).get("calls") for r in seen] == [None, 1, 2, 3, 4, 5]
+    assert [struct_to_dict(r.context).get("calls") for r in seen] == [None, 1, 2, 3, 4, 5]
     # Required resources were rebuilt from scratch on every call.
     assert [sorted(r.required_resources) for r in seen] == [[]] + [["settings"]] * 5
 
@@ -273,7 +274,7 @@ def test_bootstrap_requirements_are_sent_first_and_kept() -> None:
 def test_initial_context_and_credentials_reach_the_function() -> None:
     result = render(context={"apiextensions.crossplane.io/environment": {"k": "v"}}, credentials={"kc": {"k": b"x"}})
     first = result.requests[0]
-    assert rl.struct_to_dict(first.context) == {"apiextensions.crossplane.io/environment": {"k": "v"}}
+    assert struct_to_dict(first.context) == {"apiextensions.crossplane.io/environment": {"k": "v"}}
     assert first.credentials["kc"].credential_data.data["k"] == b"x"
     assert result.context["apiextensions.crossplane.io/environment"] == {"k": "v"}
 
@@ -292,7 +293,7 @@ def test_observed_resources_are_keyed_by_annotation() -> None:
     result = render(observed=[observed])
     sent = result.requests[0].observed.resources
     assert list(sent) == ["pool"]
-    assert rl.struct_to_dict(sent["pool"].resource)["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
+    assert struct_to_dict(sent["pool"].resource)["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
 
     with pytest.raises(rl.RenderError, match=r"has no crossplane\.io/composition-resource-name annotation"):
         render(observed=[_cm("x")])
@@ -511,7 +512,7 @@ def test_composition_feeds_desired_state_and_context_forward() -> None:
     result = asyncio.run(rl.run_composition({"function-tiny": tiny()}, COMPOSITION, xr=XR, required=REQUIRED))
     assert result.calls == 3  # 2 for the requirements loop of "compose", 1 for "extend"
     assert sorted(result.desired.resources) == ["config", "extra", "pool"]
-    extra = rl.struct_to_dict(result.desired.resources["extra"].resource)
+    extra = struct_to_dict(result.desired.resources["extra"].resource)
     assert extra["data"] == {"previous": "config,pool", "seen": "3"}
     assert result.result_steps == ["compose", "extend"]
     docs = rl.render_documents(result, include_results=True)

@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from function import legacy, stack
+from function import stack
 from function.model import Accelerator, Cloud
 from generator import build, emit, lock, stackfile
 from generator.build import FACTS_DIR, REPO, Inputs, build_stack
@@ -135,7 +135,7 @@ def test_the_stack_files_still_refuse_unknown_image_fields() -> None:
 def test_the_driver_root_is_stated_once_in_the_dra_driver_values() -> None:
     """Stack files state the root where the DRA driver takes it; the stack keeps no second copy."""
     assert "root" not in {f.name for f in dataclasses.fields(stack.DriverSource)}  # what stacks/*.yaml write
-    roots = {s.id: legacy.driver_root(s) for s in stack.every()}
+    roots = {s.id: s.driver_root for s in stack.every()}
     assert roots["gke-nvidia"] == "/home/kubernetes/bin/nvidia"
     assert roots["existing-nvidia"] == "/run/nvidia/driver"
     assert roots["eks-nvidia"] == "/"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from function.compose import EXTERNAL_NAME
+from function.bodies import EXTERNAL_NAME
 from function.generated import STACKS
 from function.paths import get_path
 from function.values import drop_nulls

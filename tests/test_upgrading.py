@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from function import stack as stacks
-from function.compose import USAGE_CONSUMER_LABEL, provider_config_usage_key
+from function.bodies import USAGE_CONSUMER_LABEL
+from function.compose import provider_config_usage_key
 from function.model import Accelerator, Cloud
 from function.values import deep_merge
 from generator.refresh import DEFAULT_SHARED

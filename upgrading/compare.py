@@ -24,8 +24,10 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import stack as stacks
+from function.bodies import EXTERNAL_NAME
 from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, renderer
 from function.model import Accelerator, Cloud, ServingStack
+from function.overrides import Collected, plan
 from function.paths import get_path
 from function.values import deep_merge
 
@@ -135,13 +137,13 @@ def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
     )
     out = fnv1.State().resources
     observed = Observed({HELM_PC: fnv1.Resource(), KUBERNETES_PC: fnv1.Resource()})
-    renderer(stack).render(xr, observed, None, out)
+    renderer(stack).render(xr, observed, plan(stack, Collected()).planned, out)
     return {k: resource.struct_to_dict(v.resource) for k, v in out.items()}
 
 
 def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stacks.Component) -> Row:
     chart = body["spec"]["forProvider"]["chart"]
-    release = body["metadata"]["annotations"]["crossplane.io/external-name"]
+    release = body["metadata"]["annotations"][EXTERNAL_NAME]
     old_release = f"mp-{old['chart']}"  # v0.3.1 named every release mp-<chart>
     before = f"{old['chart']} {old['version']} ({old_release} in {old['namespace']})"
     after = f"{chart['name']} {chart['version']} ({release} in {comp.namespace})"
@@ -221,7 +223,7 @@ def _object_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stack
 def _added(key: str, body: dict[str, Any], comp: stacks.Component | None) -> Row:
     if body["kind"] == "Release":
         chart = body["spec"]["forProvider"]["chart"]
-        release = body["metadata"]["annotations"]["crossplane.io/external-name"]
+        release = body["metadata"]["annotations"][EXTERNAL_NAME]
         namespace = body["spec"]["forProvider"]["namespace"]
         return Row(
             key,

@@ -1,35 +1,27 @@
-"""The override layer: EnvironmentConfigs that adjust the generated stack per cluster.
+"""Planning: the generated stack, adjusted per cluster by EnvironmentConfigs, as a plan the renderer renders.
 
 ``collect`` obtains the documents (required resources, the pipeline context),
-``plan`` applies them to the generated stack, ``summary`` says what happened in
-one line; ``function.overrides.explain`` says where every field came from.
+``plan`` applies them to the generated stack (with none, it is the stack as
+generated), ``summary`` says what happened in one line;
+``function.overrides.explain`` says where every field came from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from function.compose import MANAGED, REMOVED, UNMANAGED, Planned
 from function.errors import first_few
 from function.stack import Stack
 
-from . import apply
+from .apply import plan
 from .collect import DEFAULT_LABEL, DEFAULT_LABEL_VALUE, collect
-from .document import Document, Found
+from .document import Collected, Document
+from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned
 
-__all__ = ["Document", "Found", "collect", "plan", "summary"]
-
-
-def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str], list[str]]:
-    """The planned components for one XR, warnings and Normal notes for the user.
-
-    Depends only on the stack and the documents that apply to the XR; whether
-    an Unmanaged component was installed before is the renderer's business.
-    """
-    return apply.plan(stack, found)
+__all__ = ["Collected", "Document", "Plan", "Planned", "collect", "plan", "summary"]
 
 
-def summary(stack: Stack, found: Found, plan: Sequence[Planned]) -> str:
+def summary(stack: Stack, found: Collected, plan: Sequence[Planned]) -> str:
     """One line for a Normal result: what the applied documents did, or that none applies."""
     if not found.applied:
         # Said every time, so `kubectl describe` shows a stack rendered as generated.

@@ -13,11 +13,12 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from function import stack as stack_module
+from function.bodies import component_body
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
-from function.compose import MANAGED, REMOVED, UNMANAGED, Planned, component_body, renderer
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import ChartRef, Component, Stack
@@ -26,15 +27,16 @@ from function.values import deep_merge, drop_nulls
 
 from . import images
 from .document import (
+    Collected,
     ComponentOverride,
     Document,
     DriverOverride,
     Fingerprint,
-    Found,
     PodDisruptionBudget,
     RegistryPolicy,
 )
 from .drivers import driver_component
+from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned, State
 from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare, rewrite_chart_repository
 from .strict import enforce
 
@@ -46,34 +48,22 @@ SHORTCUT_PATHS = {
 }
 
 
-@dataclass(frozen=True)
-class Result:
-    planned: tuple[Planned, ...]
-    notes: tuple[str, ...]  # warnings
-    info: tuple[str, ...]  # Normal results: what was skipped and why
-    # component key -> field path ("values.a.b", "chart.version", "state" …) -> document name
-    provenance: dict[str, dict[str, str]]
-    # Every image reference of the managed components, after the mirrors; and the mirrors.
-    images: tuple[images.Found, ...] = ()
-    mirrors: Mirrors = field(default_factory=Mirrors)
-
-
 @dataclass
 class _Acc:
     """What the documents say about one component, accumulated in application order."""
 
     patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    state: str = MANAGED
+    state: State = MANAGED
     state_by: str = ""
     version: str | None = None
     version_by: str = ""
     changed: dict[str, None] = field(default_factory=dict)  # ordered set of document names
     provenance: dict[str, str] = field(default_factory=dict)
 
-    def touch(self, origin: str, path: str | None = None) -> None:
-        self.changed[origin] = None
+    def touch(self, document: str, path: str | None = None) -> None:
+        self.changed[document] = None
         if path is not None:
-            self.provenance[path] = origin
+            self.provenance[path] = document
 
 
 def leaves(node: Any, path: str) -> Iterable[str]:
@@ -151,7 +141,7 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
                     set_path(patch, path, value)
 
 
-def _values_patch(comp: Component, over: ComponentOverride, origin: str, where: str) -> dict[str, Any]:
+def _values_patch(comp: Component, over: ComponentOverride, document: str, where: str) -> dict[str, Any]:
     """The document's values plus its shortcuts, as one patch (shortcuts win)."""
     patch: dict[str, Any] = copy_tree(over.values) if over.values else {}
     if over.replicas is not None:
@@ -170,7 +160,7 @@ def _values_patch(comp: Component, over: ComponentOverride, origin: str, where: 
                 raise InputError(
                     f"{where}.image.{name}: {comp.key} has no image {name}; its images: {', '.join(by_name)}"
                 )
-            images.set_image(patch, img, ref, origin, f"{where}.image")
+            images.set_image(patch, img, ref, document, f"{where}.image")
     if over.podDisruptionBudget is not None:
         _pdb_patch(patch, comp, over.podDisruptionBudget, where)
     return patch
@@ -229,10 +219,10 @@ def _layered(
     base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str, acc: _Acc
 ) -> dict[str, Any]:
     """``base`` with each document's patch deep-merged in order, every leaf credited to its document."""
-    for origin, patch in layers:
+    for document, patch in layers:
         base = deep_merge(base, patch)
         for path in leaves(patch, field_name):
-            acc.touch(origin, path)
+            acc.touch(document, path)
     return base
 
 
@@ -241,7 +231,7 @@ def _release(
     acc: _Acc,
     layers: Sequence[tuple[str, dict[str, Any]]],
     mirrors: Mirrors,
-    found: list[images.Found],
+    found: list[images.ImageSeen],
 ) -> Component:
     values = _layered(comp.values, layers, "values", acc)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
@@ -250,7 +240,7 @@ def _release(
         changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
         found.append(seen)
         for change in changes:
-            acc.touch(change.origin, f"values.{change.path}")
+            acc.touch(change.document, f"values.{change.path}")
     if mirrors.image_pull_secrets:
         _pull_secrets(values, comp, mirrors, acc)
     chart = _chart(comp, acc, mirrors)
@@ -263,10 +253,10 @@ def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc
     for path in images.write_pull_secrets(
         values,
         mirrors.image_pull_secrets,
-        lists=comp.image_pull_secrets,
-        plain_lists=comp.image_pull_secret_names,
-        single=comp.image_pull_secret_name,
-        refs=comp.image_pull_secret_ref,
+        ref_list_paths=comp.pull_secret_ref_list_paths,
+        name_list_paths=comp.pull_secret_name_list_paths,
+        name_paths=comp.pull_secret_name_paths,
+        ref_paths=comp.pull_secret_ref_paths,
     ):
         acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
 
@@ -280,7 +270,7 @@ def _chart(comp: Component, acc: _Acc, mirrors: Mirrors) -> ChartRef | None:
     rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
     if rewrite is not None:
         chart = dataclasses.replace(chart, repository=rewrite.value)
-        acc.touch(rewrite.rule.origin, "chart.repository")
+        acc.touch(rewrite.rule.document, "chart.repository")
     # Mirror credentials go only to a chart pulled from a mirror, never upstream.
     if mirrors.chart_pull_secret and mirrors.charts.mirrored(chart.repository.rstrip("/")):
         chart = dataclasses.replace(chart, pull_secret_ref=mirrors.chart_pull_secret)
@@ -293,7 +283,7 @@ def _manifest(
     acc: _Acc,
     layers: Sequence[tuple[str, dict[str, Any]]],
     mirrors: Mirrors,
-    found: list[images.Found],
+    found: list[images.ImageSeen],
 ) -> Component:
     manifest = _layered(comp.manifest, layers, "manifest", acc)
     if layers:
@@ -315,16 +305,16 @@ def _manifest(
         written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
         found.append(one)
         changes += written
-    if secrets and comp.image_pull_secrets:
-        paths = images.write_pull_secrets(manifest, secrets, lists=comp.image_pull_secrets)
+    if secrets and comp.pull_secret_ref_list_paths:
+        paths = images.write_pull_secrets(manifest, secrets, ref_list_paths=comp.pull_secret_ref_list_paths)
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
-        acc.touch(change.origin, f"manifest.{change.path}")
+        acc.touch(change.document, f"manifest.{change.path}")
     return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
 
 
 def _check_removed(
-    states: dict[str, str], comps: Sequence[Component], accs: dict[str, _Acc], where: dict[str, str]
+    states: dict[str, State], comps: Sequence[Component], accs: dict[str, _Acc], where: dict[str, str]
 ) -> None:
     # A dependent that stays on the cluster (Managed, or Unmanaged: kept
     # as it is) still needs what it depends on; e.g. a GatewayClass removed
@@ -352,9 +342,9 @@ def _pools_take_drivers(stack: Stack) -> bool:
 # Built components by what builds them: a changed document recomputes only
 # the components it changes; the others come back as the same objects, whose
 # protobuf the renderer (and whose strict scan the strict check) already holds.
-_BUILT: BoundedCache[tuple[int, str | None, str, str], tuple[Component, Component, _Acc, tuple[images.Found, ...]]] = (
-    BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
-)
+_BUILT: BoundedCache[
+    tuple[int, str | None, str, str], tuple[Component, Component, _Acc, tuple[images.ImageSeen, ...]]
+] = BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
 
 
 def _built(
@@ -362,7 +352,7 @@ def _built(
     acc: _Acc,
     layers: Sequence[tuple[str, dict[str, Any]]],
     mirrors: Mirrors,
-    found: list[images.Found],
+    found: list[images.ImageSeen],
     mirrors_key: str,
 ) -> Component:
     """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors).
@@ -377,7 +367,7 @@ def _built(
     key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
     hit = _BUILT.get(key)
     if hit is None or hit[0] is not comp:
-        noted, seen = _Acc(version=acc.version), list[images.Found]()
+        noted, seen = _Acc(version=acc.version), list[images.ImageSeen]()
         build = _release if comp.is_release else _manifest
         new = build(comp, noted, layers, mirrors, seen)
         hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), _weight(comp, new, len(layered)))
@@ -405,12 +395,12 @@ class _Planner:
         self.accs = {c.key: _Acc() for c in stack.components}
         self.where = {d.name: d.where for d in documents}
         self.order = {d.name: i for i, d in enumerate(documents)}
+        self.warnings: list[str] = []
         self.notes: list[str] = []
-        self.info: list[str] = []
         self.registry = _Registry()
         self.registry.impose(policy)
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
-        self.found: list[images.Found] = []
+        self.found: list[images.ImageSeen] = []
         self.driver_provenance: dict[str, dict[str, str]] = {}
         for d in documents:
             self._read(d)
@@ -442,7 +432,7 @@ class _Planner:
             ]
             if meant:
                 # As for components: a fleet-wide document stops no stack.
-                self.info.append(
+                self.notes.append(
                     f"{d.where}.drivers: skipped ({names}): on stack {self.stack.id} the node image supplies the GPU "
                     f"driver; the document also selects stacks whose GPU Operator manages it ({', '.join(meant)})"
                 )
@@ -468,7 +458,7 @@ class _Planner:
         if meant:
             # A fleet-wide document (e.g. values for both GPU operators) must
             # not stop the stacks that lack one of them.
-            self.info.append(
+            self.notes.append(
                 f"{at}: skipped: stack {self.stack.id} has no {key}; the document also selects stacks that do "
                 f"({', '.join(meant)})"
             )
@@ -483,48 +473,48 @@ class _Planner:
             f"{at}: unknown component; the components of stack {self.stack.id}: {', '.join(self.by_key)}{elsewhere}"
         )
 
-    def _version(self, comp: Component, acc: _Acc, version: str, origin: str, at: str) -> None:
+    def _version(self, comp: Component, acc: _Acc, version: str, document: str, at: str) -> None:
         assert comp.chart is not None, "checked: only Releases take a version"
         if version == comp.chart.version:
             if acc.version is None:
-                self.notes.append(
+                self.warnings.append(
                     f"{at}.version: {version} is the generated version already; the pin is redundant "
                     f"and would hold {comp.key} back from future releases: remove it"
                 )
             acc.version = None  # back to the generated version, whatever an earlier document pinned
         else:
-            acc.version, acc.version_by = version, origin
-        acc.touch(origin, "chart.version")
+            acc.version, acc.version_by = version, document
+        acc.touch(document, "chart.version")
 
     def _driver_components(self, mirrors: Mirrors) -> list[tuple[Component, str]]:
         out = []
-        for drv, origin in self.drivers.values():
-            comp, seen, provenance = driver_component(self.stack, drv, origin, mirrors)
+        for drv, document in self.drivers.values():
+            comp, seen, provenance = driver_component(self.stack, drv, document, mirrors)
             self.driver_provenance[comp.key] = provenance
             if comp.key in self.by_key:
                 raise InputError(
-                    f"{self.where[origin]}.drivers[{drv.name}]: its key {comp.key} is a component of the stack"
+                    f"{self.where[document]}.drivers[{drv.name}]: its key {comp.key} is a component of the stack"
                 )
-            out.append((comp, origin))
+            out.append((comp, document))
             self.found.extend(seen)
         return out
 
-    def _operator_layers(self, states: dict[str, str]) -> list[tuple[str, dict[str, Any]]]:
+    def _operator_layers(self, states: dict[str, State]) -> list[tuple[str, dict[str, Any]]]:
         if not self.drivers:
             return []
         driver = self.stack.driver
         if states.get(driver.operator) == UNMANAGED:
-            self.notes.append(
+            self.warnings.append(
                 f"drivers: {driver.operator} is Unmanaged, so its values for per-pool drivers "
                 f"({', '.join(leaves(driver.operator_values, 'values'))}) are not applied; "
                 "the cluster's own operator must be set up to reconcile them"
             )
-        for _drv, origin in self.drivers.values():
-            self.accs[driver.operator].touch(origin)
+        for _drv, document in self.drivers.values():
+            self.accs[driver.operator].touch(document)
         last = list(self.drivers.values())[-1][1]
         return [(last, driver.operator_values)] if driver.operator_values else []
 
-    def result(self) -> Result:
+    def plan(self) -> Plan:
         mirrors = self.registry.mirrors()
         mirrors_key = repr(mirrors)  # see _built
         drivers = self._driver_components(mirrors)
@@ -549,22 +539,18 @@ class _Planner:
                 acc.provenance = {"state": acc.state_by}
             if acc.provenance:
                 provenance[comp.key] = dict(acc.provenance)
-        planned += [Planned(c, MANAGED, (origin,)) for c, origin in drivers]
+        planned += [Planned(c, MANAGED, (document,)) for c, document in drivers]
         provenance.update(self.driver_provenance)
         if mirrors.strict:
             _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
-        return Result(tuple(planned), tuple(self.notes), tuple(self.info), provenance, tuple(self.found), mirrors)
-
-
-def compute(stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> Result:
-    return _Planner(stack, documents, policy).result()
+        return Plan(tuple(planned), tuple(self.warnings), tuple(self.notes), provenance, tuple(self.found), mirrors)
 
 
 def _strict(
     stack: Stack,
     mirrors: Mirrors,
     planned: Sequence[Planned],
-    found: Sequence[images.Found],
+    found: Sequence[images.ImageSeen],
     where: dict[str, str],
     documents: int,
 ) -> None:
@@ -573,12 +559,30 @@ def _strict(
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
-_CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Result] = BoundedCache(
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Plan] = BoundedCache(
     "plans", max_entries=128, max_bytes=32 * MIB
 )
 
 
-def result(stack: Stack, found: Found) -> Result:
+@cache  # one per generated stack
+def _generated(stack: Stack) -> Plan:
+    """The plan no document changes: the generated components themselves, and their images."""
+    return _Planner(stack, ()).plan()
+
+
+def _generated_bytes(stack: Stack) -> int:
+    """What the stack's values and manifests weigh serialized: a plan holds copies of those it changed."""
+    return sum(len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components)
+
+
+def plan(stack: Stack, found: Collected) -> Plan:
+    """The stack as the documents that apply to one XR leave it, computed once per (stack, documents, policy).
+
+    With no document and no policy, the generated stack exactly (the same
+    objects, whose protobuf the renderer holds ready).
+    """
+    if not found.documents and found.policy is None:
+        return _generated(stack)
     key = (stack, found.fingerprint, found.policy)
     hit = _CACHE.get(key)
     if hit is not None:
@@ -586,13 +590,5 @@ def result(stack: Stack, found: Found) -> Result:
     # A plan holds the documents' content and copies of the generated values
     # it changed: weighed as both, at their serialized size.
     documents = sum(len(json.dumps(d.body, separators=(",", ":"))) for d in found.documents)
-    weight = (renderer(stack).serialized_bytes + documents) * PYTHON_FACTOR
-    return _CACHE.put(key, compute(stack, found.documents, found.policy), weight)
-
-
-def plan(stack: Stack, found: Found) -> tuple[Sequence[Planned], list[str], list[str]]:
-    """The planned components, the warnings and the Normal notes."""
-    if not found.documents and found.policy is None:
-        return renderer(stack).plan, [], []  # the generated stack exactly, protobuf ready
-    planned = result(stack, found)
-    return planned.planned, list(planned.notes), list(planned.info)
+    weight = (_generated_bytes(stack) + documents) * PYTHON_FACTOR
+    return _CACHE.put(key, _Planner(stack, found.documents, found.policy).plan(), weight)

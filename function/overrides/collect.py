@@ -17,14 +17,15 @@ from typing import Any, Literal
 from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
+from function.strictmodel import StrictModel
 
 from . import memory
-from .document import DOCUMENT_KEY, Document, Found, RegistryPolicy, content_digest, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, content_digest, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -43,25 +44,21 @@ NAME_REQUIREMENT = "servingstack-overrides-name-{}"
 Policy = Literal["Required", "Optional"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SelectorSource(_Strict):
+class SelectorSource(StrictModel):
     """EnvironmentConfigs carrying all these labels; Optional (default): none is fine."""
 
     matchLabels: dict[str, str] = Field(min_length=1)  # noqa: N815 - Kubernetes field name
     policy: Policy = "Optional"
 
 
-class NameSource(_Strict):
+class NameSource(StrictModel):
     """One EnvironmentConfig by name; Required (default): missing is a Fatal."""
 
     name: str = Field(min_length=1)
     policy: Policy = "Required"
 
 
-class InputSpec(_Strict):
+class InputSpec(StrictModel):
     # None: the default selector (label servingstack.modelplane.ai/overrides: "true").
     # A list replaces it; [] selects by name only.
     selectors: list[SelectorSource] | None = None
@@ -70,9 +67,7 @@ class InputSpec(_Strict):
     registry: RegistryPolicy | None = None
 
 
-class Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Input(StrictModel):
     apiVersion: Literal["servingstack.fn.modelplane.ai/v1beta1"]  # noqa: N815
     kind: Literal["Input"]
     metadata: dict[str, Any] | None = None
@@ -267,7 +262,7 @@ def ask(rsp: fnv1.RunFunctionResponse, wanted: list[Requirement]) -> None:
         )
 
 
-def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Found | None:
+def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Collected | None:
     """Ask for the override documents; None until Crossplane has supplied them."""
     given = parse_input(req)
     wanted = requirements(given.spec if given is not None else InputSpec())

@@ -11,13 +11,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -28,35 +26,26 @@ from pydantic import (
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
+from function.strictmodel import StrictModel
+from function.tree import whole_numbers
+
+from .images import is_host
+from .planned import State
 
 # Where an EnvironmentConfig carries its override document.
 DOCUMENT_KEY = "servingStack"
-
-STATES = ("Managed", "Unmanaged", "Removed")
-State = Literal["Managed", "Unmanaged", "Removed"]
 
 # A Kubernetes object name segment (RFC 1123 label): driver names become part of
 # a composed resource key and of the driver resource's metadata.name.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
-def _integral(value: Any) -> Any:
-    # Struct stores every number as a double: 2 comes back as 2.0.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-Int = Annotated[StrictInt, BeforeValidator(_integral)]
-Quantity = Annotated[StrictInt | str, BeforeValidator(_integral)]
+Int = Annotated[StrictInt, BeforeValidator(whole_numbers)]
+Quantity = Annotated[StrictInt | str, BeforeValidator(whole_numbers)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class Match(_Strict):
+class Match(StrictModel):
     """Which ServingStacks a document applies to; every given criterion must hold."""
 
     clouds: list[Cloud] = Field(default_factory=list)
@@ -87,12 +76,7 @@ class Match(_Strict):
         return ", ".join(f"{k}: {v}" for k, v in given.items()) or "every ServingStack"
 
 
-def _is_host(segment: str) -> bool:
-    # How Docker tells a registry host from a Docker Hub namespace.
-    return "." in segment or ":" in segment or segment == "localhost"
-
-
-class ImageRule(_Strict):
+class ImageRule(StrictModel):
     """Rewrite image references starting with ``from`` (a registry host, optionally a path)."""
 
     source: NonEmpty = Field(alias="from")
@@ -105,7 +89,7 @@ class ImageRule(_Strict):
                 continue
             if "://" in value:
                 raise ValueError(f"{name}: {value!r}: an image registry has no scheme (e.g. mirror.example.com/hub)")
-            if not _is_host(value.split("/", 1)[0]):
+            if not is_host(value.split("/", 1)[0]):
                 raise ValueError(
                     f"{name}: {value!r} does not start with a registry host (Docker Hub images are docker.io/...)"
                 )
@@ -115,7 +99,7 @@ class ImageRule(_Strict):
 CHART_SCHEMES = ("https://", "oci://")
 
 
-class ChartRule(_Strict):
+class ChartRule(StrictModel):
     """Rewrite Helm chart repositories starting with ``from`` (https:// or oci://)."""
 
     source: NonEmpty = Field(alias="from")
@@ -131,13 +115,13 @@ class ChartRule(_Strict):
         return self
 
 
-class SecretRef(_Strict):
+class SecretRef(StrictModel):
     name: NonEmpty
 
 
 def _registry(value: str) -> str:
     # An allowed registry: a host, optionally with a path; no scheme, no tag.
-    if "://" in value or not _is_host(value.split("/", 1)[0]) or ":" in value.split("/", 1)[-1]:
+    if "://" in value or not is_host(value.split("/", 1)[0]) or ":" in value.split("/", 1)[-1]:
         raise ValueError(f"{value!r} is not a registry (host or host/path, e.g. mirror.example.com/hub)")
     return value.rstrip("/")
 
@@ -145,7 +129,7 @@ def _registry(value: str) -> str:
 AllowedRegistry = Annotated[str, Field(min_length=1), AfterValidator(_registry)]
 
 
-class Registry(_Strict):
+class Registry(StrictModel):
     charts: list[ChartRule] | None = None
     chartPullSecretRef: SecretRef | None = None  # noqa: N815 - document field name
     images: list[ImageRule] | None = None
@@ -171,14 +155,14 @@ class Registry(_Strict):
         return self
 
 
-class ResourceRequirements(_Strict):
+class ResourceRequirements(StrictModel):
     """A container's ``resources`` (the shortcut merges it at the component's declared paths)."""
 
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
 
 
-class PodDisruptionBudget(_Strict):
+class PodDisruptionBudget(StrictModel):
     enabled: StrictBool = True
     minAvailable: Quantity | None = None  # noqa: N815
     maxUnavailable: Quantity | None = None  # noqa: N815
@@ -190,7 +174,7 @@ class PodDisruptionBudget(_Strict):
         return self
 
 
-class ComponentOverride(_Strict):
+class ComponentOverride(StrictModel):
     state: State | None = None
     version: NonEmpty | None = None
     values: dict[str, Any] | None = None
@@ -209,7 +193,7 @@ class ComponentOverride(_Strict):
         return tuple(s for s in given if getattr(self, s) is not None)
 
 
-class DriverOverride(_Strict):
+class DriverOverride(StrictModel):
     """A GPU driver for one node pool (GPU-Operator-managed stacks only)."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL)]
@@ -221,7 +205,7 @@ class DriverOverride(_Strict):
     image: NonEmpty | None = None
 
 
-class OverrideDocument(_Strict):
+class OverrideDocument(StrictModel):
     # A tombstone: the document is retired on purpose, and every ServingStack
     # that still remembers it (status.stack.documents) lets go of what it decided.
     retired: StrictBool = False
@@ -252,7 +236,7 @@ def driver_key(name: str) -> str:
     return f"driver-{name}"
 
 
-class RegistryPolicy(_Strict):
+class RegistryPolicy(StrictModel):
     """``spec.registry`` of the function Input: a registry policy the Composition imposes.
 
     It holds whatever the EnvironmentConfigs say or fail to say: with no
@@ -289,7 +273,7 @@ Fingerprint = tuple[tuple[str, bytes, bool], ...]
 
 
 @dataclass(frozen=True)
-class Found:
+class Collected:
     """The override documents that apply to one XR, in application order, and what to tell the user."""
 
     applied: tuple[str, ...] = ()

@@ -11,13 +11,14 @@ from typing import Any
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.compose import Planned, renderer
+from function.bodies import chart_block
 from function.model import ServingStack
 from function.stack import Component, Stack
+from function.tree import whole_numbers
 
-from . import apply
+from .apply import plan
 from .collect import collect
-from .document import Found
+from .document import Collected
 
 GENERATED = "generated"
 
@@ -69,14 +70,7 @@ def _source(path: str, provenance: Mapping[str, str]) -> str:
 def _fields(component: Component, state: str, provenance: Mapping[str, str]) -> Iterator[FieldSource]:
     yield FieldSource("state", state, provenance.get("state", GENERATED))
     if component.chart is not None:
-        chart: dict[str, Any] = {
-            "name": component.chart.name,
-            "repository": component.chart.repository,
-            "version": component.chart.version,
-        }
-        if component.chart.pull_secret_ref:
-            chart["pullSecretRef"] = {"name": component.chart.pull_secret_ref}
-        body: dict[str, Any] = {"chart": chart, "values": component.values}
+        body: dict[str, Any] = {"chart": chart_block(component.chart), "values": component.values}
     else:
         body = {"manifest": component.manifest}
     for top, node in body.items():
@@ -84,16 +78,11 @@ def _fields(component: Component, state: str, provenance: Mapping[str, str]) -> 
             yield FieldSource(path, value, _source(path, provenance))
 
 
-def explain(stack: Stack, found: Found) -> tuple[list[Explained], list[str]]:
+def explain(stack: Stack, found: Collected) -> tuple[list[Explained], list[str]]:
     """Every planned component's fields with their sources, and the plan's warnings."""
-    planned: Sequence[Planned]
-    if found.documents or found.policy is not None:
-        result = apply.result(stack, found)
-        planned, notes, provenance = result.planned, [*found.warnings, *result.notes], result.provenance
-    else:
-        planned, notes, provenance = renderer(stack).plan, list(found.warnings), {}
+    planned = plan(stack, found)
     out = []
-    for p in planned:
+    for p in planned.planned:
         c = p.component
         out.append(
             Explained(
@@ -102,16 +91,16 @@ def explain(stack: Stack, found: Found) -> tuple[list[Explained], list[str]]:
                 state=p.state,
                 origin=c.origin,
                 changed_by=p.changed_by,
-                fields=tuple(_fields(c, p.state, provenance.get(c.key, {}))),
+                fields=tuple(_fields(c, p.state, planned.provenance.get(c.key, {}))),
             )
         )
-    return out, notes
+    return out, [*found.warnings, *planned.warnings]
 
 
 Fetch = Callable[[fnv1.ResourceSelector], fnv1.Resources]
 
 
-def found_offline(req: fnv1.RunFunctionRequest, xr: ServingStack, fetch: Fetch) -> Found:
+def found_offline(req: fnv1.RunFunctionRequest, xr: ServingStack, fetch: Fetch) -> Collected:
     """Run the requirements exchange once, offline: ask, fetch with ``fetch``, collect."""
     ask = fnv1.RunFunctionResponse()
     first = collect(req, ask, xr)
@@ -126,25 +115,14 @@ def found_offline(req: fnv1.RunFunctionRequest, xr: ServingStack, fetch: Fetch) 
     return found
 
 
-def _integral(value: Any) -> Any:
-    # Documents that came through a protobuf Struct carry every number as a float.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
-
-
 def _short(value: Any) -> str:
-    value = _integral(value)
+    value = whole_numbers(value)
     text = json.dumps(value, separators=(",", ":"), sort_keys=True) if not isinstance(value, str) else value
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def format_text(
-    stack: Stack, found: Found, explained: Sequence[Explained], notes: Sequence[str], only_changed: bool = False
+    stack: Stack, found: Collected, explained: Sequence[Explained], notes: Sequence[str], only_changed: bool = False
 ) -> str:
     names = [f"{d.name} (remembered: absent now)" if d.remembered else d.name for d in found.documents]
     applied = ", ".join(names) if names else "none"
@@ -167,7 +145,7 @@ def format_text(
     return "\n".join(lines) + "\n"
 
 
-def as_data(stack: Stack, found: Found, explained: Sequence[Explained], notes: Sequence[str]) -> dict[str, Any]:
+def as_data(stack: Stack, found: Collected, explained: Sequence[Explained], notes: Sequence[str]) -> dict[str, Any]:
     return {
         "stack": stack.id,
         "environmentConfigs": list(found.applied),
@@ -179,7 +157,7 @@ def as_data(stack: Stack, found: Found, explained: Sequence[Explained], notes: S
                 "state": e.state,
                 "source": e.origin,
                 "changedBy": list(e.changed_by),
-                "fields": [{"path": f.path, "value": _integral(f.value), "from": f.source} for f in e.fields],
+                "fields": [{"path": f.path, "value": whole_numbers(f.value), "from": f.source} for f in e.fields],
             }
             for e in explained
         ],

@@ -75,11 +75,11 @@ class Change:
 
     path: str
     value: Any
-    origin: str
+    document: str  # the name of the document behind it
 
 
 @dataclass(frozen=True)
-class Found:
+class ImageSeen:
     """An image reference in the output, after rewriting.
 
     ``ref`` is None when the reference is unknown here (a chart default the
@@ -149,12 +149,12 @@ def _split_form(values: dict[str, Any], img: ImageRef) -> bool:
     return not (rest and is_host(first))
 
 
-def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, origin: str) -> list[Change]:
+def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, document: str) -> list[Change]:
     changes: list[Change] = []
 
     def put(path: str, value: Any) -> None:
         set_path(values, path, value)
-        changes.append(Change(path, value, origin))
+        changes.append(Change(path, value, document))
 
     if img.ref is not None:
         put(img.ref, name + suffix)
@@ -172,26 +172,26 @@ def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, o
 
 def rewrite_values(
     values: dict[str, Any], img: ImageRef, rules: Rules, key: str, where: str
-) -> tuple[list[Change], Found]:
+) -> tuple[list[Change], ImageSeen]:
     """Rewrite one declared image of a chart's values in place, writing it explicitly."""
     current = image_name(values, img)
     if current is None:
         # A registry prefix left empty is not in use: the chart's own per-image
         # registries apply (kube-prometheus-stack's global.imageRegistry).
         unused = img.ref is None and img.repository is None
-        return [], Found(key, where, "" if unused else None)
+        return [], ImageSeen(key, where, "" if unused else None)
     name, suffix = current
     prefix_only = img.ref is None and img.repository is None
     qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
     rewrite = rewrite_image_name(rules, qualified)
     if rewrite is None:
-        return [], Found(key, where, name + suffix, qualified + suffix, prefix_only)
-    return _write_name(values, img, rewrite.value, suffix, rewrite.rule.origin), Found(
+        return [], ImageSeen(key, where, name + suffix, qualified + suffix, prefix_only)
+    return _write_name(values, img, rewrite.value, suffix, rewrite.rule.document), ImageSeen(
         key, where, rewrite.value + suffix, qualified + suffix, prefix_only
     )
 
 
-def set_image(values: dict[str, Any], img: ImageRef, ref: str, origin: str, where: str) -> list[Change]:
+def set_image(values: dict[str, Any], img: ImageRef, ref: str, document: str, where: str) -> list[Change]:
     """The ``image`` shortcut: write a full reference into the image's declared paths."""
     check_reference(ref, where)
     name, suffix = split_reference(ref)
@@ -200,14 +200,14 @@ def set_image(values: dict[str, Any], img: ImageRef, ref: str, origin: str, wher
             f"{where}: image {img.name} takes only a registry prefix ({img.registry}); "
             "point it at a mirror with registry.images instead"
         )
-    changes = _write_name(values, img, name, "" if img.ref is None else suffix, origin)
+    changes = _write_name(values, img, name, "" if img.ref is None else suffix, document)
     if img.ref is None and suffix:
         tag = suffix[1:] if suffix.startswith(":") else None
         if img.tag is None or tag is None:
             what = "a tag" if img.tag is None else "a digest without a tag"
             raise InputError(f"{where}: image {img.name} has no value path for {what}; give {name}:<tag>")
         set_path(values, img.tag, tag)
-        changes.append(Change(img.tag, tag, origin))
+        changes.append(Change(img.tag, tag, document))
     return changes
 
 
@@ -230,11 +230,11 @@ def pod_containers(node: Any, path: str = "") -> Iterator[tuple[dict[str, Any], 
 
 
 def rewrite_manifest(
-    manifest: dict[str, Any], rules: Rules, pull_secrets: tuple[str, ...], secrets_origin: str, key: str
-) -> tuple[list[Change], list[Found]]:
+    manifest: dict[str, Any], rules: Rules, pull_secrets: tuple[str, ...], secrets_document: str, key: str
+) -> tuple[list[Change], list[ImageSeen]]:
     """Rewrite container images of every pod template in a manifest, in place."""
     changes: list[Change] = []
-    found: list[Found] = []
+    found: list[ImageSeen] = []
     pods: dict[int, tuple[dict[str, Any], str]] = {}
     for container, path, pod in pod_containers(manifest):
         pods.setdefault(id(pod), (pod, path.rsplit(".", 1)[0]))
@@ -243,14 +243,14 @@ def rewrite_manifest(
         rewrite = rewrite_image_name(rules, qualify(name)) if rules else None
         if rewrite is not None:
             container["image"] = rewrite.value + suffix
-            changes.append(Change(f"{path}.image", container["image"], rewrite.rule.origin))
-        found.append(Found(key, f"manifest.{path}.image", container["image"], qualify(name) + suffix))
+            changes.append(Change(f"{path}.image", container["image"], rewrite.rule.document))
+        found.append(ImageSeen(key, f"manifest.{path}.image", container["image"], qualify(name) + suffix))
     if pull_secrets:
         for pod, pod_path in pods.values():
             merged = merge_pull_secrets(pod.get("imagePullSecrets"), pull_secrets)
             if merged != pod.get("imagePullSecrets"):
                 pod["imagePullSecrets"] = merged
-                changes.append(Change(f"{pod_path}.imagePullSecrets", merged, secrets_origin))
+                changes.append(Change(f"{pod_path}.imagePullSecrets", merged, secrets_document))
     return changes, found
 
 
@@ -276,23 +276,23 @@ def write_pull_secrets(
     target: dict[str, Any],
     names: tuple[str, ...],
     *,
-    lists: tuple[str, ...] = (),
-    plain_lists: tuple[str, ...] = (),
-    single: tuple[str, ...] = (),
-    refs: tuple[str, ...] = (),
+    ref_list_paths: tuple[str, ...] = (),
+    name_list_paths: tuple[str, ...] = (),
+    name_paths: tuple[str, ...] = (),
+    ref_paths: tuple[str, ...] = (),
 ) -> list[str]:
     """Add pull secrets at every declared path, in the shape each path takes; the paths written.
 
-    ``lists`` take ``[{name: x}]``, ``plain_lists`` ``[x]``, ``single`` one name
-    and ``refs`` one ``{name: x}``; the last two get the first secret (the
-    mirror's credentials come first).
+    ``ref_list_paths`` take ``[{name: x}]``, ``name_list_paths`` ``[x]``,
+    ``name_paths`` one name and ``ref_paths`` one ``{name: x}``; the last two
+    get the first secret (the mirror's credentials come first).
     """
-    for path in lists:
+    for path in ref_list_paths:
         set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=False))
-    for path in plain_lists:
+    for path in name_list_paths:
         set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=True))
-    for path in single:
+    for path in name_paths:
         set_path(target, path, names[0])
-    for path in refs:
+    for path in ref_paths:
         set_path(target, path, {"name": names[0]})
-    return [*lists, *plain_lists, *single, *refs]
+    return [*ref_list_paths, *name_list_paths, *name_paths, *ref_paths]

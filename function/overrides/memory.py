@@ -30,7 +30,7 @@ from function.errors import InputError
 from function.inputs import plain_value
 from function.model import ServingStack
 
-from .document import DOCUMENT_KEY, Document, Found, content_digest, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, content_digest, parsed_once, validate
 
 RETIRE_ANNOTATION = "servingstack.modelplane.ai/retired-environment-configs"
 # Where the memory lives in the XR's status (the XRD must declare it, or the
@@ -106,7 +106,7 @@ def retired_by_annotation(req: fnv1.RunFunctionRequest) -> set[str]:
 
 def reconcile(
     req: fnv1.RunFunctionRequest, xr: ServingStack, delivered: Mapping[str, Document], warnings: list[str]
-) -> Found:
+) -> Collected:
     """The documents in force on this XR: those that apply now, plus those kept from the last reconcile."""
     tombstones = {n for n, d in delivered.items() if d.doc.retired}
     annotated = retired_by_annotation(req)
@@ -145,10 +145,10 @@ def reconcile(
         applying[name] = kept
     ordered = sorted(applying.values(), key=lambda d: (d.doc.priority, d.name))
     unmatched = tuple(sorted(n for n, d in delivered.items() if n not in applying and not d.doc.retired))
-    return Found(tuple(d.name for d in ordered), tuple(ordered), tuple(warnings), tuple(notes), unmatched)
+    return Collected(tuple(d.name for d in ordered), tuple(ordered), tuple(warnings), tuple(notes), unmatched)
 
 
-def entries(found: Found) -> list[dict[str, Any]]:
+def entries(found: Collected) -> list[dict[str, Any]]:
     """``status.stack.documents``: what the next reconcile remembers."""
     return [
         {"name": d.name, DOCUMENT_KEY: d.body, **({"remembered": True} if d.remembered else {})}

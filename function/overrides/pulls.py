@@ -13,13 +13,13 @@ from typing import Any
 
 import yaml
 
-from function.compose import MANAGED
 from function.errors import InputError
 from function.stack import Stack
 
-from . import apply
-from .document import Found
+from .apply import plan
+from .document import Collected
 from .images import qualify, split_reference
+from .planned import MANAGED
 from .registry import CATCH_ALL, Rule, bare
 
 IMAGE = "image"
@@ -36,9 +36,9 @@ class Pull:
     moved_by: Rule | None = None  # the mirror rule that took it from source to ref
 
 
-def pulls(stack: Stack, found: Found) -> list[Pull]:
+def pulls(stack: Stack, found: Collected) -> list[Pull]:
     """Every image, registry prefix and chart the stack's managed components pull."""
-    result = apply.result(stack, found)
+    result = plan(stack, found)
     out = []
     for f in result.images:
         if not f.ref:
@@ -53,12 +53,12 @@ def pulls(stack: Stack, found: Found) -> list[Pull]:
         chart = p.component.chart
         if p.state != MANAGED or chart is None:
             continue
-        origin = generated.get(p.component.key, chart)
+        upstream = generated.get(p.component.key, chart)
         out.append(
             Pull(
                 CHART,
                 f"{chart.repository} {chart.name} {chart.version}",
-                f"{origin.repository} {chart.name} {chart.version}",
+                f"{upstream.repository} {chart.name} {chart.version}",
                 p.component.key,
             )
         )
@@ -82,7 +82,7 @@ def _destination(rule: Rule) -> str:
     # part of the path, which skopeo cannot.
     if rule.source != CATCH_ALL and "/" in bare(rule.source):
         raise InputError(
-            f"rule {{from: {rule.source}, to: {rule.to}}} ({rule.origin}) drops part of the image path, which "
+            f"rule {{from: {rule.source}, to: {rule.to}}} ({rule.document}) drops part of the image path, which "
             "skopeo sync cannot reproduce; use --format pairs"
         )
     return bare(rule.to)

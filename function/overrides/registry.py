@@ -21,7 +21,7 @@ CATCH_ALL = "*"
 class Rule:
     source: str
     to: str
-    origin: str  # the document that set it, for provenance
+    document: str  # the name of the document that set it, for provenance
 
 
 @dataclass(frozen=True)

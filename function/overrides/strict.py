@@ -29,7 +29,7 @@ from function.errors import InputError
 from function.paths import get_path
 from function.stack import ImageRef, Stack
 
-from .images import REFERENCE, Found, image_name, is_host, pod_containers, qualify, split_reference
+from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
 
 # Public registries a chart default may point at even where the stack data
@@ -126,7 +126,7 @@ def _references(key: str, text: str, hosts: frozenset[str]) -> Iterator[str]:
             yield token
 
 
-def _image_ref(found: Found) -> str:
+def _image_ref(found: ImageSeen) -> str:
     assert found.ref
     return found.ref if found.prefix else qualify(split_reference(found.ref)[0])
 
@@ -148,7 +148,7 @@ def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str
     """Every rule of every document, as written, against every policy."""
     problems: list[str] = []
     for kind, rule in mirrors.written_rules:
-        at = f"{where.get(rule.origin, rule.origin)}: {_rule_text(kind, rule)}"
+        at = f"{where.get(rule.document, rule.document)}: {_rule_text(kind, rule)}"
         if rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source)):
             problems.append(f"{at} maps {rule.source} onto itself, so its references stay where they are")
             continue
@@ -197,7 +197,7 @@ def enforce(
     stack: Stack,
     mirrors: Mirrors,
     bodies: Iterable[tuple[str, dict[str, Any], object]],
-    known: Iterable[Found],
+    known: Iterable[ImageSeen],
     where: dict[str, str],
     documents: int,
 ) -> None:
