@@ -141,7 +141,14 @@ async def _time_grpc(address: str, req: fnv1.RunFunctionRequest, n: int) -> tupl
     return _percentiles(samples)
 
 
-async def _against_the_floor(n: int) -> None:
+# What issue 10 asks of the figures below: a render whose response is not kept
+# within 1.25x the floor; a plan computed after a restart within 3x a render
+# whose plan is cached.
+MISS_TARGET = 1.25
+COLD_TARGET = 3.0
+
+
+async def _against_the_floor(n: int) -> dict[str, float]:
     """The full EKS + regulated-bank render over gRPC against the floor, interleaved so load hits both alike.
 
     The floor (bench/floor.py) answers every call with our own response's
@@ -189,20 +196,36 @@ async def _against_the_floor(n: int) -> None:
     )
     floor_p50 = medians["floor"][0]
     print(f"  ours/floor (steady state, response memo hit): {steady / floor_p50:.2f}")
-    print(f"  memo-miss render (new cluster) / floor: {new / floor_p50:.2f}")
+    print(f"  memo-miss render (new cluster) / floor: {new / floor_p50:.2f} (target <= {MISS_TARGET})")
     print(
         f"  cold path (plan miss) / cached render: {cold / steady:.2f} (steady state), {cold / new:.2f} (new cluster)"
     )
     # After a restart every component is rebuilt; the plan-cached render is the new cluster's.
-    print(f"  cold full rebuild (changed mirrors) / plan-cached render (new cluster): {rebuilt / new:.2f}")
+    print(
+        f"  cold full rebuild (changed mirrors) / plan-cached render (new cluster): {rebuilt / new:.2f}"
+        f" (target <= {COLD_TARGET})"
+    )
+    return {"floor": floor_p50, "miss": new, "miss/floor": new / floor_p50, "rebuild/cached": rebuilt / new}
+
+
+async def _floor_runs(n: int, runs: int) -> None:
+    """The floor comparison ``runs`` times in one session (each with fresh servers), then each run's ratios."""
+    results = [await _against_the_floor(n) for _ in range(runs)]
+    if runs > 1:
+        print(f"\n{runs} runs: floor p50 ms, memo-miss p50 ms, memo-miss/floor, full rebuild/plan-cached")
+        for i, r in enumerate(results, 1):
+            print(f"  run {i}: {r['floor']:.3f}  {r['miss']:.3f}  {r['miss/floor']:.2f}  {r['rebuild/cached']:.2f}")
 
 
 def _import_cost() -> tuple[float, float]:
+    # The peak RSS of the process's own image (VmHWM): getrusage's ru_maxrss also
+    # counts the image forked from this (large) benchmark process before exec.
     code = (
-        "import time, resource; t = time.perf_counter(); import function.fn, function.main; "
+        "import time; t = time.perf_counter(); import function.fn, function.main; "
         "from function import stack; from function.model import Cloud, Accelerator; "
         "[stack.load(Cloud(c), Accelerator(a)) for c, a in stack.available()]; "
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]; "
+        "print(time.perf_counter() - t, hwm)"
     )
     runs = []
     for _ in range(5):
@@ -219,8 +242,11 @@ def _generator_time() -> float:
     return time.perf_counter() - start
 
 
-async def main(n: int, grpc_n: int, floor_n: int) -> None:
+async def main(n: int, grpc_n: int, floor_n: int, *, floor_only: bool = False, runs: int = 1) -> None:
     logging.configure(logging.Level.DISABLED)
+    if floor_only:
+        await _floor_runs(floor_n, runs)
+        return
     bank = _docs(BANK) if BANK.exists() else []
     print(
         f"{'stack':<16}{'overrides':<10}{'resources':>10}{'bytes':>9}{'p50 ms':>9}{'p99 ms':>9}"
@@ -240,7 +266,7 @@ async def main(n: int, grpc_n: int, floor_n: int) -> None:
                     f"{cloud + '/' + accelerator:<16}{label:<10}{count:>10}{size:>9}{p50:>9.3f}{p99:>9.3f}"
                     f"{g50:>10.3f}{g99:>10.3f}"
                 )
-    await _against_the_floor(floor_n)
+    await _floor_runs(floor_n, runs)
     seconds, rss = _import_cost()
     print(f"import + load all stacks: {seconds:.3f} s, max RSS {rss:.0f} MB (median of 5 processes)")
     print(f"generator, all stacks: {_generator_time():.2f} s")
@@ -251,5 +277,7 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=2000, help="in-process RunFunction calls per case")
     parser.add_argument("--grpc-n", type=int, default=300, help="gRPC calls per case")
     parser.add_argument("--floor-n", type=int, default=2000, help="gRPC calls per case against the floor")
+    parser.add_argument("--floor-only", action="store_true", help="only the comparison with the floor")
+    parser.add_argument("--runs", type=int, default=1, help="times to run the comparison with the floor")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.grpc_n, args.floor_n))
+    asyncio.run(main(args.n, args.grpc_n, args.floor_n, floor_only=args.floor_only, runs=args.runs))

@@ -1,12 +1,14 @@
 """Render a plan (planning's output, function.overrides) into desired resources: bodies, Usages, ProviderConfigs.
 
-Everything that does not depend on the request is converted to protobuf once
-per process: RunFunction runs on every reconcile of every cluster.
+Everything that does not depend on the request is encoded once per process
+(:mod:`function.wire`): RunFunction runs on every reconcile of every cluster,
+and a request only fills in what is its own (the ProviderConfig's name and
+secrets, the gateway fields) around bytes encoded before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -24,16 +26,26 @@ from function.bodies import (
     component_body,
     label_value,
 )
-from function.cache import MIB, PROTOBUF_FACTOR, BoundedCache
+from function.cache import MIB, BoundedCache
 from function.inputs import ready
-from function.model import SecretEntry, ServingStack
-from function.overrides.planned import REMOVED, UNMANAGED, Planned
+from function.model import IDENTITY_TYPES, Listener, ServingStack
+from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import Component, Stack
-from function.tree import to_struct
+from function.wire import Resources, Template, string_value, value
 
 USAGE_API = "protection.crossplane.io/v1beta1"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
 OVERRIDDEN_BY = "servingstack.modelplane.ai/overridden-by"
+
+# What a request fills into every body: the ProviderConfig's name; the
+# gateway parameters fill in under their own names (gateway_params).
+PC_NAME_FILL = "providerConfigRef.name"
+# A ProviderConfig's secrets fill in as <KUBECONFIG_FILL or IDENTITY_FILL>.<field>.
+KUBECONFIG_FILL = "kubeconfig"
+IDENTITY_FILL = "identity"
+_SECRET_FIELDS = ("name", "namespace", "key")
+_PC_NAME = ("spec", "providerConfigRef", "name")
+_MANIFEST = ("spec", "forProvider", "manifest")
 
 HELM_PC = "provider-config-helm"
 KUBERNETES_PC = "provider-config-kubernetes"
@@ -88,26 +100,26 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
 
 # One per (API, kind, consumer); consumers include per-pool drivers, named by
 # user input, so this grows with input unless bounded.
-_PC_USAGES: BoundedCache[tuple[str, str, str], struct_pb2.Struct] = BoundedCache(
+_PC_USAGES: BoundedCache[tuple[str, str, str], Template] = BoundedCache(
     "provider config usages", max_entries=4096, max_bytes=4 * MIB
 )
 
 
-def _provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
+def _provider_config_usage(api: str, by_kind: str, consumer: str) -> Template:
     cached = _PC_USAGES.get((api, by_kind, consumer))
     if cached is None:
         cached = _build_provider_config_usage(api, by_kind, consumer)
-        _PC_USAGES.put((api, by_kind, consumer), cached, cached.ByteSize() * PROTOBUF_FACTOR)
+        _PC_USAGES.put((api, by_kind, consumer), cached, cached.size)
     return cached
 
 
-def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> struct_pb2.Struct:
+def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> Template:
     # A ProviderConfig must outlive every resource that reaches the cluster
     # through it, or their deletion can never be processed. One Usage per
     # consumer: a Usage's selector resolves to its first match and stops
     # (crossplane internal/controller/protection/usage/selector.go,
     # resolveSelector), so one Usage with a shared selector protects one.
-    return _to_struct(
+    return Template(
         {
             "apiVersion": USAGE_API,
             "kind": "Usage",
@@ -120,7 +132,8 @@ def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> struc
                     "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer),
                 },
             },
-        }
+        },
+        {("spec", "of", "resourceRef", "name"): PC_NAME_FILL},
     )
 
 
@@ -132,76 +145,92 @@ def provider_config_usage_key(consumer: str) -> str:
     return f"usage-pc-{consumer}"
 
 
-def _to_struct(body: dict[str, Any]) -> struct_pb2.Struct:
-    return to_struct(body)
+def body_template(planned: Planned) -> Template:
+    """A planned component's body, with holes for what each request fills in (see render)."""
+    component = planned.component
+    body = component_body(component)
+    if planned.state == UNMANAGED:
+        # Keep the Helm release on the cluster; only stop managing it.
+        body["spec"]["managementPolicies"] = ["Observe"]
+    if planned.changed_by:
+        body["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
+    holes: dict[tuple[str, ...], str] = {_PC_NAME: PC_NAME_FILL}
+    for path, param in component.xr_fields.items():
+        holes[(*_MANIFEST, *path.split("."))] = param
+    return Template(body, holes)
 
 
 # Overridden component bodies, keyed by identity: a planned component is a
 # cached plan's own object, held in the entry so its id stays unique while
 # cached. The plan cache holds 128 plans; a mirrored plan changes all ~26.
-_DERIVED: BoundedCache[int, tuple[Component, struct_pb2.Struct]] = BoundedCache(
+_DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache(
     "overridden bodies", max_entries=4096, max_bytes=32 * MIB
 )
 # Usage bodies, one per (stack, used, user): per-pool drivers add pairs from
 # user input (the driver's name), so this grows with input unless bounded.
-_USAGES: BoundedCache[tuple[str, str], struct_pb2.Struct] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
+_USAGES: BoundedCache[tuple[str, str], Template] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One plan's templates, looked up once per plan rather than once per resource per request."""
+
+    plan: Sequence[Planned]  # held, so its id stays its own while this is kept
+    bodies: dict[str, Template]  # by component key
+    pc_usages: dict[str, Template]  # by consumer: each planned component's key
+    usages: dict[tuple[str, str], Template]  # by (used, user)
+
+
+# One per plan in use: the plan cache's (function.overrides.apply) and the stacks' own.
+_PREPARED: BoundedCache[int, _Prepared] = BoundedCache("prepared plans", max_entries=512, max_bytes=8 * MIB)
+# What a prepared plan holds per component (three dict entries), for the byte bound.
+_PREPARED_BYTES_PER_COMPONENT = 300
 
 
 class StackRenderer:
-    """Renders one stack; holds its request-independent protobuf once."""
+    """Renders one stack; holds its request-independent encoding once."""
 
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self._own = {c.key: c for c in stack.components}
-        self._static = {c.key: _to_struct(component_body(c)) for c in stack.components}
+        self._static = {c.key: body_template(Planned(c)) for c in stack.components}
 
-    def _struct(self, component: Component) -> struct_pb2.Struct:
-        cached = self._static.get(component.key)
-        if cached is not None and self._own.get(component.key) is component:
-            return cached
-        # A component the override layer changed: its plans are cached, so the
-        # same object comes back on every reconcile; convert it once.
-        hit = _DERIVED.get(id(component))
+    def _template(self, planned: Planned) -> Template:
+        component = planned.component
+        if planned.state == MANAGED and not planned.changed_by and self._own.get(component.key) is component:
+            return self._static[component.key]
+        # A component the override layer planned: its plans are cached, so the
+        # same object comes back on every reconcile; encode it once.
+        key = (id(component), planned.state, planned.changed_by)
+        hit = _DERIVED.get(key)
         if hit is not None and hit[0] is component:
             return hit[1]
-        struct = _to_struct(component_body(component))
-        _DERIVED.put(id(component), (component, struct), struct.ByteSize() * PROTOBUF_FACTOR)
-        return struct
-
-    def _write_body(self, target: struct_pb2.Struct, planned: Planned, xr_params: Mapping[str, Any]) -> None:
-        component = planned.component
-        target.CopyFrom(self._struct(component))
-        if component.xr_fields:
-            manifest = _struct_at(target, "spec", "forProvider", "manifest")
-            for path, param in component.xr_fields.items():
-                _set_struct_path(manifest, path, xr_params[param])
+        template = body_template(planned)
+        _DERIVED.put(key, (component, template), template.size)
+        return template
 
     def render(
         self,
         xr: ServingStack,
         observed: Observed,
         plan: Sequence[Planned],
-        into: MutableMapping[str, fnv1.Resource],
+        into: Resources,
     ) -> list[str]:
-        """Write the desired composed resources for one XR into ``into``, keyed by composed resource name.
+        """Add the desired composed resources for one XR to ``into``, keyed by composed resource name.
 
-        Written straight into a response's desired resources: every copy of a
-        large Struct costs on the hot path. Returns the keys of the components
-        the stack needs that are not composed yet (waiting for the
-        ProviderConfigs), so the XR can say it is not ready.
+        Returns the keys of the components the stack needs that are not
+        composed yet (waiting for the ProviderConfigs), so the XR can say it
+        is not ready.
         """
-        pc_name = provider_config_name(xr)
-        kubeconfig = xr.spec.kubeconfig()
-        assert kubeconfig is not None, "checked before rendering"
+        prepared = self._prepared(plan)
+        fills = _Fills(xr)
+        identity = xr.spec.identity()
         for key, api in ((HELM_PC, HELM_API), (KUBERNETES_PC, KUBERNETES_API)):
-            into[key].resource.CopyFrom(
-                _provider_config(api, pc_name, xr.metadata.namespace, kubeconfig, xr.spec.identity())
-            )
-            into[key].ready = fnv1.READY_TRUE  # nothing to wait for
+            pc = _PROVIDER_CONFIGS[api, identity.type if identity is not None else None]
+            into.add(key, pc, fills, ready=True)  # nothing to wait for
         # A remote resource is composed only once its ProviderConfigs exist,
         # so the first reconcile does not fail on a missing ProviderConfig.
         pcs_observed = observed.has(HELM_PC) and observed.has(KUBERNETES_PC)
-        xr_params = gateway_params(xr)
         leaving = _leaving(plan, observed)
         rendered: dict[str, Component] = {}
         pending: list[str] = []
@@ -214,28 +243,37 @@ class StackRenderer:
             if not (pcs_observed or observed.has(key)):
                 pending.append(key)
                 continue
-            desired = into[key]
-            body = desired.resource
-            self._write_body(body, planned, xr_params)
-            _struct_at(body, "spec", "providerConfigRef").fields["name"].string_value = pc_name
-            if planned.state == UNMANAGED:
-                # Keep the Helm release on the cluster; only stop managing it.
-                body["spec"]["managementPolicies"] = ["Observe"]
-            if planned.changed_by:
-                body["metadata"].get_or_create_struct("annotations")[OVERRIDDEN_BY] = ",".join(planned.changed_by)
-            if observed.ready(key):
-                desired.ready = fnv1.READY_TRUE
+            into.add(key, prepared.bodies[key], fills, ready=observed.ready(key))
             rendered[key] = planned.component
-        self._render_usages(into, plan, rendered, observed, pc_name)
+        self._render_usages(into, prepared, rendered, observed, fills)
         return pending
+
+    def _prepared(self, plan: Sequence[Planned]) -> _Prepared:
+        hit = _PREPARED.get(id(plan))
+        if hit is not None and hit.plan is plan:
+            return hit
+        components = {p.component.key: p.component for p in plan}
+        prepared = _Prepared(
+            plan,
+            bodies={p.component.key: self._template(p) for p in plan},
+            pc_usages={key: _provider_config_usage(*api_kind(c), key) for key, c in components.items()},
+            usages={
+                (dep, user.key): self._usage(components[dep], user)
+                for user in components.values()
+                if user.finalized_by_dependencies
+                for dep in user.depends_on
+                if dep in components
+            },
+        )
+        return _PREPARED.put(id(plan), prepared, _PREPARED_BYTES_PER_COMPONENT * len(plan))
 
     def _render_usages(
         self,
-        out: MutableMapping[str, fnv1.Resource],
-        plan: Sequence[Planned],
+        out: Resources,
+        prepared: _Prepared,
         rendered: Mapping[str, Component],
         observed: Observed,
-        pc_name: str,
+        fills: Mapping[str, bytes],
     ) -> None:
         # Usages have no readiness of their own to wait for.
         consumers = {key: api_kind(comp) for key, comp in rendered.items()}
@@ -244,14 +282,13 @@ class StackRenderer:
         # one carrying our consumer label: another pipeline step's resources
         # are not ours to protect, and a selector must resolve.
         for key, obs in observed.resources.items():
-            remote = _remote_api_kind(obs.resource)
-            if key not in rendered and remote is not None and _consumer_label(obs.resource) == label_value(key):
-                consumers[key] = remote
+            api_kind = _remoteapi_kind(obs.resource)
+            if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
+                consumers[key] = api_kind
         for key, (api, kind) in consumers.items():
-            target = out[provider_config_usage_key(key)]
-            _write_ready(target, _provider_config_usage(api, kind, key))
-            _struct_at(target.resource, "spec", "of", "resourceRef").fields["name"].string_value = pc_name
-        for planned in plan:
+            usage = prepared.pc_usages.get(key) if key in rendered else None
+            out.add(provider_config_usage_key(key), usage or _provider_config_usage(api, kind, key), fills, ready=True)
+        for planned in prepared.plan:
             user = planned.component
             # The Usage stays while its user is on the cluster, even once the
             # user is no longer desired: it leaves only after the user is gone,
@@ -259,17 +296,50 @@ class StackRenderer:
             if not user.finalized_by_dependencies or not (user.key in rendered or observed.has(user.key)):
                 continue
             for dep in user.depends_on:
-                used = rendered.get(dep)
-                if used is not None:
-                    _write_ready(out[usage_key(dep, user.key)], self._usage(used, user))
+                if dep in rendered:
+                    out.add(usage_key(dep, user.key), prepared.usages[dep, user.key], fills, ready=True)
 
-    def _usage(self, used: Component, user: Component) -> struct_pb2.Struct:
+    def _usage(self, used: Component, user: Component) -> Template:
         key = (self.stack.id, usage_key(used.key, user.key))
         cached = _USAGES.get(key)
         if cached is None:
-            cached = _to_struct(_usage(used, user))
-            _USAGES.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
+            cached = Template(_usage(used, user))
+            _USAGES.put(key, cached, cached.size)
         return cached
+
+
+class _Fills(dict[str, bytes]):
+    """What one XR fills into the bodies' holes, encoded: its ProviderConfig's name and secrets at once,
+    the gateway parameters when a body asks for them."""
+
+    def __init__(self, xr: ServingStack) -> None:
+        super().__init__({PC_NAME_FILL: string_value(provider_config_name(xr))})
+        kubeconfig = xr.spec.kubeconfig()
+        assert kubeconfig is not None, "checked before rendering"
+        for prefix, secret in ((KUBECONFIG_FILL, kubeconfig), (IDENTITY_FILL, xr.spec.identity())):
+            if secret is not None:
+                self[f"{prefix}.name"] = string_value(secret.name)
+                self[f"{prefix}.namespace"] = string_value(secret.namespace or xr.metadata.namespace)
+                self[f"{prefix}.key"] = string_value(secret.key)
+        self.xr = xr
+
+    def __missing__(self, name: str) -> bytes:
+        gateway = self.xr.spec.gateway
+        key = (gateway.className, tuple(gateway.listeners))
+        params = _GATEWAY_FILLS.get(key)
+        if params is None:
+            params = {param: value(v) for param, v in gateway_params(self.xr).items()}
+            _GATEWAY_FILLS.put(key, params, sum(map(len, params.values())))
+        if name not in params:
+            raise KeyError(name)
+        self.update(params)
+        return self[name]
+
+
+# The gateway parameters encoded, per distinct gateway spec (most fleets have one).
+_GATEWAY_FILLS: BoundedCache[tuple[str, tuple[Listener, ...]], dict[str, bytes]] = BoundedCache(
+    "gateway fills", max_entries=1024, max_bytes=1 * MIB
+)
 
 
 def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
@@ -297,7 +367,7 @@ def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
     }
 
 
-def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
+def _remoteapi_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
     """(apiVersion, kind) of an observed Release or Object; None for anything else."""
     api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
     pair = (api.string_value if api else "", kind.string_value if kind else "")
@@ -311,69 +381,25 @@ def _consumer_label(body: struct_pb2.Struct) -> str:
     return value.string_value if value else ""
 
 
-def _struct_at(node: struct_pb2.Struct, *keys: str) -> struct_pb2.Struct:
-    """The map at ``keys`` in one of our own bodies, as ``node[k1][k2]...`` reads it, without the SDK's
-    per-step Python wrapper (the hot path writes a few fields into every body of every response)."""
-    for key in keys:
-        node = node.fields[key].struct_value
-    return node
-
-
-def _write_ready(target: fnv1.Resource, body: struct_pb2.Struct) -> None:
-    target.resource.CopyFrom(body)
-    target.ready = fnv1.READY_TRUE
-
-
-def _set_struct_path(node: struct_pb2.Struct, path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
-    for part in parents:
-        node = node.get_or_create_struct(part)
-    node[leaf] = value
-
-
-# One pair of ProviderConfigs per cluster of the fleet.
-_PROVIDER_CONFIGS: BoundedCache[tuple[str, str, str, SecretEntry, SecretEntry | None], struct_pb2.Struct] = (
-    BoundedCache("provider configs", max_entries=4096, max_bytes=4 * MIB)
-)
-
-
-def _provider_config(
-    api: str, name: str, xr_namespace: str, kubeconfig: SecretEntry, identity: SecretEntry | None
-) -> struct_pb2.Struct:
-    key = (api, name, xr_namespace, kubeconfig, identity)
-    cached = _PROVIDER_CONFIGS.get(key)
-    if cached is None:
-        cached = _build_provider_config(*key)
-        _PROVIDER_CONFIGS.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
-    return cached
-
-
-def _build_provider_config(
-    api: str, name: str, xr_namespace: str, kubeconfig: SecretEntry, identity: SecretEntry | None
-) -> struct_pb2.Struct:
-    spec: dict[str, Any] = {
-        "credentials": {
-            "source": "Secret",
-            "secretRef": {
-                "name": kubeconfig.name,
-                "namespace": kubeconfig.namespace or xr_namespace,
-                "key": kubeconfig.key,
-            },
-        }
-    }
-    if identity is not None:
+def _provider_config_template(api: str, identity_type: str | None) -> Template:
+    """A ProviderConfig with holes for its name and the secrets it reads (see _Fills)."""
+    spec: dict[str, Any] = {"credentials": {"source": "Secret"}}
+    holes: dict[tuple[str, ...], str] = {("metadata", "name"): PC_NAME_FILL}
+    holes.update({("spec", "credentials", "secretRef", f): f"{KUBECONFIG_FILL}.{f}" for f in _SECRET_FIELDS})
+    if identity_type is not None:
         # The kubeconfig gives endpoint and CA; the cloud identity
         # authenticates, so no long-lived token sits in the kubeconfig.
-        spec["identity"] = {
-            "type": identity.type,
-            "source": "Secret",
-            "secretRef": {
-                "name": identity.name,
-                "namespace": identity.namespace or xr_namespace,
-                "key": identity.key,
-            },
-        }
-    return _to_struct({"apiVersion": api, "kind": "ProviderConfig", "metadata": {"name": name}, "spec": spec})
+        spec["identity"] = {"type": identity_type, "source": "Secret"}
+        holes.update({("spec", "identity", "secretRef", f): f"{IDENTITY_FILL}.{f}" for f in _SECRET_FIELDS})
+    return Template({"apiVersion": api, "kind": "ProviderConfig", "spec": spec}, holes)
+
+
+# Every ProviderConfig the function writes: one per API and identity type.
+_PROVIDER_CONFIGS = {
+    (api, identity): _provider_config_template(api, identity)
+    for api in (HELM_API, KUBERNETES_API)
+    for identity in (None, *IDENTITY_TYPES)
+}
 
 
 def gateway_params(xr: ServingStack) -> dict[str, Any]:

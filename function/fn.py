@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from crossplane.function import logging, response
@@ -14,14 +14,14 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
-from function import events, legacy, overrides, requestlog
+from function import events, legacy, overrides, requestlog, wire
 from function.cache import MIB, BoundedCache
 from function.compose import Observed, renderer
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, plain_value, undecodable
 from function.model import Metadata
 from function.stack import select_stack
-from function.status import write_stack_status
+from function.status import StackStatus, converted_stack_status
 from function.transforms import Transform, apply_transforms
 from function.xr import parse_xr, xr_name
 
@@ -52,13 +52,24 @@ def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
     return raw
 
 
-def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.RunFunctionResponse:
+class Rendered(NamedTuple):
+    """A response; the desired state it carries encoded beside it (:func:`function.wire.serialize` puts it
+    in); ``status.stack`` as it wrote it, if it did."""
+
+    rsp: fnv1.RunFunctionResponse
+    desired: wire.Resources
+    stack: struct_pb2.Struct | None = None
+
+
+def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialized: bytes | None = None) -> Rendered:
     """Compose one request. Bad input becomes a Fatal result, never an exception.
 
-    ``extra`` are a fork's transforms (:mod:`function.transforms`).
+    ``extra`` are a fork's transforms (:mod:`function.transforms`);
+    ``serialized`` is the request serialized, when the caller has it.
     """
+    composed = wire.Resources()
     try:
-        check_request(req)
+        check_request(req, serialized)
         rsp = _response_to(req)
         raw = _xr_fields(req.observed.composite.resource)
         xr = parse_xr(raw)
@@ -66,31 +77,54 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = ()) -> fnv1.R
         legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen.id, chosen.driver_root, xr_name(raw))
         found = overrides.collect(req, rsp, xr)
         if found is None:
-            return rsp  # asked Crossplane for the EnvironmentConfigs; render once they arrive
+            return Rendered(rsp, composed)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
-        pending = renderer(chosen).render(
-            xr, Observed(req.observed.resources), plan.planned, into=rsp.desired.resources
-        )
-        apply_transforms(extra, xr, rsp.desired.resources)
+        pending = renderer(chosen).render(xr, Observed(req.observed.resources), plan.planned, into=composed)
+        if extra or rsp.desired.resources:
+            # Transforms edit messages, and an earlier step's resources are
+            # interleaved with ours: both take the message path.
+            composed.move_into(rsp.desired)
+            apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
-        return _fatal(req, str(err))
-    if pending:
-        # Only the ProviderConfigs (which are ready at once) may be desired so
-        # far; Crossplane would call the XR Available when nothing desired is
-        # unready (crossplane internal/controller/apiextensions/composite/
-        # reconciler.go). Once everything is composed Crossplane's own check
-        # decides: Ready needs every composed resource ready, and its message
-        # names the unready ones (an explicit readiness would drop that list).
-        rsp.desired.composite.ready = fnv1.READY_FALSE
-    status = rsp.desired.composite.resource.get_or_create_struct("status")
-    address = _gateway_address(req)
-    if address:
-        status["gateway"] = {"address": address}
-    write_stack_status(status, chosen, plan.planned, found, rsp.desired.resources.keys())
+        return Rendered(_fatal(req, str(err)), wire.Resources())
+    stack_status = converted_stack_status(chosen, plan.planned, found, {*composed, *rsp.desired.resources})
+    _write_composite(rsp, composed, stack_status, _gateway_address(req), pending=bool(pending))
     normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
     warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
-    events.report(req, rsp, warned, normals, status["stack"])
-    return rsp
+    events.report(req, rsp, warned, normals, stack_status.struct)
+    return Rendered(rsp, composed, stack_status.struct)
+
+
+def _write_composite(
+    rsp: fnv1.RunFunctionResponse, composed: wire.Resources, stack_status: StackStatus, address: str, *, pending: bool
+) -> None:
+    """The desired composite: ``status.stack``, ``status.gateway`` once the Gateway has an address, and not
+    ready while components are ``pending``.
+
+    Encoded beside the message, unless an earlier step desired the composite: then ours goes into its.
+    """
+    # While components wait, only the ProviderConfigs (which are ready at
+    # once) may be desired so far; Crossplane would call the XR Available
+    # when nothing desired is unready (crossplane internal/controller/
+    # apiextensions/composite/reconciler.go). Once everything is composed
+    # Crossplane's own check decides: Ready needs every composed resource
+    # ready, and its message names the unready ones (an explicit readiness
+    # would drop that list).
+    ready = fnv1.READY_FALSE if pending else fnv1.READY_UNSPECIFIED
+    composite = rsp.desired.composite
+    if composite.resource.fields or composite.ready or composite.connection_details:
+        if pending:
+            composite.ready = ready
+        status = composite.resource.get_or_create_struct("status")
+        if address:
+            status["gateway"] = {"address": address}
+        status.get_or_create_struct("stack").CopyFrom(stack_status.struct)
+        return
+    rsp.desired.ClearField("composite")
+    status = {"stack": stack_status.value}
+    if address:
+        status["gateway"] = wire.struct_value({"address": wire.string_value(address)})
+    composed.set_composite({"status": wire.struct_value(status)}, ready)
 
 
 def _response_to(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -131,17 +165,19 @@ def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
 _META_FIELD = b"\x0a"  # RunFunctionRequest/Response field 1 (meta), length-delimited
 
 
-def _without_meta(data: bytes) -> bytes:
-    """A deterministic serialization without its meta field, which it writes first (fields go in number order)."""
+def _without_meta(data: bytes) -> memoryview:
+    """A deterministic serialization without its meta field, which it writes first (fields go in number order);
+    a view, not a copy."""
+    view = memoryview(data)
     if not data.startswith(_META_FIELD):
-        return data
+        return view
     length, shift, pos = 0, 0, 1
     while True:
         byte = data[pos]
         length |= (byte & 0x7F) << shift
         pos += 1
         if not byte & 0x80:
-            return data[pos + length :]
+            return view[pos + length :]
         shift += 7
 
 
@@ -151,11 +187,15 @@ def _serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
 
 
 def _meta(req: fnv1.RunFunctionRequest) -> bytes:
-    return _serialize(response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag))))
+    """The meta field of the response to ``req`` (its tag, the SDK's TTL) alone, serialized: what a kept
+    response is sent after."""
+    meta = response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag))).meta
+    return _serialize(fnv1.RunFunctionResponse(meta=meta))
 
 
-def _too_large(rsp: fnv1.RunFunctionResponse, size: int) -> str:
-    largest = sorted(((r.ByteSize(), key) for key, r in rsp.desired.resources.items()), reverse=True)[:3]
+def _too_large(rsp: fnv1.RunFunctionResponse, composed: wire.Resources, size: int) -> str:
+    sizes = {**{key: r.ByteSize() for key, r in rsp.desired.resources.items()}, **composed.sizes()}
+    largest = sorted(((n, key) for key, n in sizes.items()), reverse=True)[:3]
     parts = ", ".join(f"{excerpt(key)} ({n} bytes)" for n, key in largest)
     return (
         f"the rendered response: {size} bytes, above the {MAX_RESPONSE_BYTES} bytes Crossplane accepts from a "
@@ -181,21 +221,24 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # the request log says of them: ~60 KB for a full stack, so the byte
         # bound holds about a thousand clusters. Per runner: its transforms
         # are part of what a response depends on.
-        self._responses: BoundedCache[bytes, tuple[bytes, requestlog.Summary]] = BoundedCache(
+        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache(
             "responses", max_entries=4096, max_bytes=64 * MIB
         )
 
-    def _compute(self, req: fnv1.RunFunctionRequest) -> tuple[bytes, requestlog.Summary]:
+    def _compute(self, req: fnv1.RunFunctionRequest, serialized: bytes) -> tuple[bytes, requestlog.Summary]:
+        """The response to ``req``, serialized with its meta; what the log says of it."""
         try:
-            rsp = run(req, self.transforms)
+            rsp, composed, stack_status = run(req, self.transforms, serialized)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-        data = _serialize(rsp)
+            composed, stack_status = wire.Resources(), None
+        data = wire.serialize(rsp, composed)
         if len(data) > MAX_RESPONSE_BYTES:
-            rsp = _fatal(req, _too_large(rsp, len(data)))
+            rsp = _fatal(req, _too_large(rsp, composed, len(data)))
+            composed, stack_status = wire.Resources(), None
             data = _serialize(rsp)
-        return _without_meta(data), requestlog.summarize(rsp)
+        return data, requestlog.summarize(rsp, len(rsp.desired.resources) + len(composed), stack_status)
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""
@@ -204,12 +247,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp = _fatal(req.req, req.reason)
             requestlog.record(self.log, req.req, requestlog.summarize(rsp), time.perf_counter() - start)
             return _serialize(rsp)
-        key = hashlib.blake2b(_without_meta(req.SerializeToString(deterministic=True)), digest_size=32).digest()
+        serialized = req.SerializeToString(deterministic=True)
+        key = hashlib.blake2b(_without_meta(serialized), digest_size=32).digest()
         hit = self._responses.get(key)
         if hit is None:
-            hit = self._compute(req)
-            if not hit[1].internal_error:  # a bug is not worth keeping
-                self._responses.put(key, hit, len(hit[0]))
+            data, summary = self._compute(req, serialized)
+            if not summary.internal_error:  # a bug is not worth keeping
+                kept = _without_meta(data)  # the tag differs per call
+                self._responses.put(key, (kept, summary), len(kept))
+            requestlog.record(self.log, req, summary, time.perf_counter() - start)
+            return data
         requestlog.record(self.log, req, hit[1], time.perf_counter() - start)
         return _meta(req) + hit[0]
 

@@ -94,7 +94,12 @@ def _struct(struct: struct_pb2.Struct, depth: int) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise _BadValueError(_TOO_DEEP)
     out = {}
-    for key, value in struct.fields.items():
+    fields = struct.fields
+    # In key order: protobuf keeps no order in a map, and the order the Python
+    # runtime iterates one in differs between processes (its hash tables are
+    # seeded per process), so anything listed in map order would differ too.
+    for key in sorted(fields):
+        value = fields[key]
         try:
             out[key] = _value(value, depth)
         except _BadValueError as bad:
@@ -161,21 +166,36 @@ def ready(observed: fnv1.Resource) -> bool:
     return condition(observed.resource, "Ready")[0] == "True"
 
 
-def check_size(message: Any, obj: str, limit: int = MAX_OBJECT_BYTES) -> None:
-    size = message.ByteSize()
+def _check_size(size: int, obj: str, limit: int = MAX_OBJECT_BYTES) -> None:
     if size > limit:
         raise InputError(f"{obj}: {size} bytes, above the limit of {limit} bytes the function accepts")
 
 
-def check_request(req: fnv1.RunFunctionRequest) -> None:
-    """Refuse a request beyond the documented size limits, before any work."""
-    check_size(req, "the RunFunctionRequest", MAX_REQUEST_BYTES)
-    check_size(req.observed.composite.resource, "the ServingStack (observed composite resource)")
-    check_size(req.input, "the function Input")
-    check_size(req.context, "the pipeline context")
-    for name, resources in req.required_resources.items():
-        for i, item in enumerate(resources.items):
-            check_size(item.resource, f"required resource {excerpt(name)}[{i}]")
+def check_request(req: fnv1.RunFunctionRequest, serialized: bytes | None = None) -> None:
+    """Refuse a request beyond the documented size limits, before any work.
+
+    The sizes are read from the request's serialization (``serialized``, when
+    the caller has it): protobuf measures a message by serializing it.
+    """
+    data = req.SerializeToString() if serialized is None else serialized
+    _check_size(len(data), "the RunFunctionRequest", MAX_REQUEST_BYTES)
+    for number, start, end in _spans(data, 0, len(data)):
+        if number == 2:  # observed: its composite (1), a Resource whose resource (1) is the XR
+            # Fields are written in number order: the composite comes before the composed resources.
+            resource = next(_payloads(data, start, end, 1), None)
+            xr = next(_payloads(data, *resource, 1), None) if resource is not None else None
+            if xr is not None:
+                _check_size(xr[1] - xr[0], "the ServingStack (observed composite resource)")
+        elif number == 4:
+            _check_size(end - start, "the function Input")
+        elif number == 5:
+            _check_size(end - start, "the pipeline context")
+        elif number == 8:  # required_resources: a map entry of a name (1) and Resources (2) of items (1)
+            name = next((data[k[0] : k[1]] for k in _payloads(data, start, end, 1)), b"").decode("utf-8", "replace")
+            for value in _payloads(data, start, end, 2):
+                for i, item in enumerate(_payloads(data, *value, 1)):
+                    for resource in _payloads(data, *item, 1):
+                        _check_size(resource[1] - resource[0], f"required resource {excerpt(name)}[{i}]")
 
 
 # --------------------------------------------------------------------------- #
@@ -198,10 +218,9 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(field number, payload) of each length-delimited field; other wire types skipped."""
-    pos = 0
-    while pos < len(data):
+def _spans(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, start, end) of each length-delimited field in ``data[pos:end]``; other wire types skipped."""
+    while pos < end:
         tag, pos = _varint(data, pos)
         wire = tag & 7
         if wire == _VARINT:
@@ -212,12 +231,25 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
             pos += 4
         elif wire == _LENGTH:
             length, pos = _varint(data, pos)
-            if pos + length > len(data):
+            if pos + length > end:
                 raise DecodeError("truncated field")
-            yield tag >> 3, data[pos : pos + length]
+            yield tag >> 3, pos, pos + length
             pos += length
         else:
             raise DecodeError(f"wire type {wire}")
+
+
+def _payloads(data: bytes, pos: int, end: int, number: int) -> Iterator[tuple[int, int]]:
+    """(start, end) of each length-delimited field ``number`` in ``data[pos:end]``."""
+    for found, start, stop in _spans(data, pos, end):
+        if found == number:
+            yield start, stop
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, payload) of each length-delimited field; other wire types skipped."""
+    for number, start, end in _spans(data, 0, len(data)):
+        yield number, data[start:end]
 
 
 def _entry(data: bytes) -> tuple[str, bytes]:

@@ -36,12 +36,15 @@ def xr_name(req: fnv1.RunFunctionRequest) -> str:
     return f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
 
 
-def outcome(rsp: fnv1.RunFunctionResponse) -> str:
-    """Fatal, Requirements (asked Crossplane for the override documents), Warning or Normal."""
+def outcome(rsp: fnv1.RunFunctionResponse, resources: int) -> str:
+    """Fatal, Requirements (asked Crossplane for the override documents), Warning or Normal.
+
+    ``resources``: how many composed resources the response desires.
+    """
     severities = {r.severity for r in rsp.results}
     if fnv1.SEVERITY_FATAL in severities:
         return "Fatal"
-    if not rsp.desired.resources and rsp.requirements.resources:
+    if not resources and rsp.requirements.resources:
         return "Requirements"
     return "Warning" if fnv1.SEVERITY_WARNING in severities else "Normal"
 
@@ -61,16 +64,22 @@ class Summary:
         return any(m.startswith("internal error") for m in self.fatals)
 
 
-def summarize(rsp: fnv1.RunFunctionResponse) -> Summary:
-    stack = _field(rsp.desired.composite.resource, "status", "stack")
+def summarize(
+    rsp: fnv1.RunFunctionResponse, resources: int | None = None, stack: struct_pb2.Struct | None = None
+) -> Summary:
+    """What the log says of ``rsp``; ``resources`` (how many composed resources it desires) and ``stack``
+    (its ``status.stack``) when they are not in the message (:mod:`function.wire`)."""
+    resources = len(rsp.desired.resources) if resources is None else resources
+    if stack is None:
+        stack = _field(rsp.desired.composite.resource, "status", "stack")
     stack_id = _field(stack, "id") if stack is not None else None
     documents = _field(stack, "environmentConfigs") if stack is not None else None
     return Summary(
         fatals=tuple(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL),
         stack_id=stack_id or "-",
         documents=tuple(documents) if documents is not None else (),
-        result=outcome(rsp),
-        resources=len(rsp.desired.resources),
+        result=outcome(rsp, resources),
+        resources=resources,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -13,6 +14,7 @@ from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
 from function.stack import Stack
 from function.tree import to_struct
+from function.wire import encoded_struct_value
 
 
 def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]) -> dict[str, Any]:
@@ -41,21 +43,30 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, render
     }
 
 
+@dataclass(frozen=True)
+class StackStatus:
+    """``status.stack`` converted: a Struct (what the observed one is compared with) and a ``Value`` encoded."""
+
+    struct: struct_pb2.Struct
+    value: bytes
+
+
 # (stack, applied documents, rendered keys) -> status.stack: the status is a
 # function of these alone, and converting it is the costliest step left on
 # the hot path. Distinct combinations in use at once: a few per fleet.
-_CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], struct_pb2.Struct] = BoundedCache(
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], StackStatus] = BoundedCache(
     "status.stack", max_entries=512, max_bytes=8 * MIB
 )
 
 
-def write_stack_status(
-    status: struct_pb2.Struct, stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]
-) -> None:
-    """Set ``status.stack``, converted once per distinct (stack, documents, rendered keys)."""
+def converted_stack_status(
+    stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]
+) -> StackStatus:
+    """``status.stack``, converted once per distinct (stack, documents, rendered keys)."""
     key = (stack, found.fingerprint, frozenset(rendered))
     cached = _CACHE.get(key)
     if cached is None:
-        cached = to_struct(stack_status(stack, plan, found, rendered))
-        _CACHE.put(key, cached, cached.ByteSize() * PROTOBUF_FACTOR)
-    status.get_or_create_struct("stack").CopyFrom(cached)
+        struct = to_struct(stack_status(stack, plan, found, rendered))
+        cached = StackStatus(struct, encoded_struct_value(struct))
+        _CACHE.put(key, cached, struct.ByteSize() * PROTOBUF_FACTOR + len(cached.value))
+    return cached

@@ -14,7 +14,7 @@ from function.errors import MAX_MESSAGE_CHARS
 from function.inputs import GRPC_MAX_RECEIVE_BYTES, MAX_DEPTH, MAX_OBJECT_BYTES, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_REQUIREMENT
 from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
-from tests.requests import assert_readable, call, fatal, request, run
+from tests.requests import assert_readable, call, fatal, request, run, struct
 
 BANK = load_docs(EXAMPLE / "environmentconfigs" / "regulated-bank.yaml")[0]
 NAN, INF = float("nan"), float("inf")
@@ -184,6 +184,18 @@ def test_an_object_above_the_size_limit_is_refused_naming_it() -> None:
     doc = _bank(blob=big)
     message = assert_readable(run(request(make_xr("EKS"), required={DEFAULT_REQUIREMENT: [doc]})))
     assert message is not None and message.startswith(f"required resource {DEFAULT_REQUIREMENT}[0]: ")
+
+
+def test_the_input_and_the_context_above_the_size_limit_are_refused_naming_them() -> None:
+    # Sizes are read from the request's serialization (function.inputs.check_request): each object by its own.
+    big = {"blob": "x" * (MAX_OBJECT_BYTES + 1)}
+    for req, obj in (
+        (request(make_xr("EKS"), input=big), "the function Input"),
+        (request(make_xr("EKS"), context=big), "the pipeline context"),
+    ):
+        message = assert_readable(run(req))
+        size = struct(big).ByteSize()  # what protobuf measures for the object itself
+        assert message is not None and message.startswith(f"{obj}: {size} bytes, above the limit")
 
 
 def test_a_request_above_the_size_limit_is_refused_before_any_work() -> None:

@@ -30,6 +30,7 @@ from function.model import Accelerator, Cloud, ServingStack
 from function.overrides import Collected, plan
 from function.paths import get_path
 from function.values import deep_merge
+from function.wire import Resources
 
 REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "facts"
@@ -135,10 +136,12 @@ def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
             },
         }
     )
-    out = fnv1.State().resources
+    composed = Resources()
     observed = Observed({HELM_PC: fnv1.Resource(), KUBERNETES_PC: fnv1.Resource()})
-    renderer(stack).render(xr, observed, plan(stack, Collected()).planned, out)
-    return {k: resource.struct_to_dict(v.resource) for k, v in out.items()}
+    renderer(stack).render(xr, observed, plan(stack, Collected()).planned, composed)
+    out = fnv1.State()
+    composed.move_into(out)
+    return {k: resource.struct_to_dict(v.resource) for k, v in out.resources.items()}
 
 
 def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stacks.Component) -> Row:
