@@ -282,9 +282,9 @@ class StackRenderer:
         # one carrying our consumer label: another pipeline step's resources
         # are not ours to protect, and a selector must resolve.
         for key, obs in observed.resources.items():
-            api_kind = _remoteapi_kind(obs.resource)
-            if key not in rendered and api_kind is not None and _consumer_label(obs.resource) == label_value(key):
-                consumers[key] = api_kind
+            remote = _remote_api_kind(obs.resource)
+            if key not in rendered and remote is not None and _consumer_label(obs.resource) == label_value(key):
+                consumers[key] = remote
         for key, (api, kind) in consumers.items():
             usage = prepared.pc_usages.get(key) if key in rendered else None
             out.add(provider_config_usage_key(key), usage or _provider_config_usage(api, kind, key), fills, ready=True)
@@ -367,7 +367,7 @@ def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:
     }
 
 
-def _remoteapi_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
+def _remote_api_kind(body: struct_pb2.Struct) -> tuple[str, str] | None:
     """(apiVersion, kind) of an observed Release or Object; None for anything else."""
     api, kind = body.fields.get("apiVersion"), body.fields.get("kind")
     pair = (api.string_value if api else "", kind.string_value if kind else "")
