@@ -26,7 +26,7 @@ from function.bodies import (
     component_body,
     label_value,
 )
-from function.cache import MIB, BoundedCache
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.inputs import ready
 from function.model import IDENTITY_TYPES, Listener, ServingStack
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
@@ -182,9 +182,10 @@ class _Prepared:
 
 
 # One per plan in use: the plan cache's (function.overrides.apply) and the stacks' own.
-_PREPARED: BoundedCache[int, _Prepared] = BoundedCache("prepared plans", max_entries=512, max_bytes=8 * MIB)
-# What a prepared plan holds per component (three dict entries), for the byte bound.
-_PREPARED_BYTES_PER_COMPONENT = 300
+# An entry keeps its plan and templates alive, also once their own caches let
+# them go: weighed as both (a template weighs twice its encoding, see
+# wire.Template.size; a plan's Python objects PYTHON_FACTOR times it).
+_PREPARED: BoundedCache[int, _Prepared] = BoundedCache("prepared plans", max_entries=256, max_bytes=32 * MIB)
 
 
 class StackRenderer:
@@ -265,7 +266,8 @@ class StackRenderer:
                 if dep in components
             },
         )
-        return _PREPARED.put(id(plan), prepared, _PREPARED_BYTES_PER_COMPONENT * len(plan))
+        templates = sum(t.size for t in (*prepared.bodies.values(), *prepared.pc_usages.values()))
+        return _PREPARED.put(id(plan), prepared, templates + templates // 2 * PYTHON_FACTOR)
 
     def _render_usages(
         self,
