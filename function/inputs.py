@@ -179,6 +179,8 @@ def check_request(req: fnv1.RunFunctionRequest, serialized: bytes | None = None)
     """
     data = req.SerializeToString() if serialized is None else serialized
     _check_size(len(data), "the RunFunctionRequest", MAX_REQUEST_BYTES)
+    if len(data) <= MAX_OBJECT_BYTES:
+        return  # no object is larger than the request that carries it
     for number, start, end in _spans(data, 0, len(data)):
         if number == 2:  # observed: its composite (1), a Resource whose resource (1) is the XR
             # Fields are written in number order: the composite comes before the composed resources.
