@@ -31,10 +31,12 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function import stack
 from function.fn import FunctionRunner
+from function.offline import run_pipeline
 from function.overrides.collect import CONTEXT_KEY
 from function.overrides.document import DOCUMENT_KEY
-from function.render_loop import grpc_runner, run_pipeline
-from tests.serve import REPO, serving
+from tests.support.crossplane import grpc_runner
+from tests.support.repo import REPO
+from tests.support.serve import serving
 
 EXAMPLE = REPO / "example"
 BANK = EXAMPLE / "environmentconfigs" / "regulated-bank.yaml"

@@ -38,7 +38,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from bench.benchmark import BANK, _docs, _final_request, _percentiles, _xr
-from tests.serve import free_port, serving
+from tests.support.serve import free_port, serving
 
 _Stub: Any = grpcv1.FunctionRunnerServiceStub  # untyped generated stub
 

@@ -38,8 +38,8 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from bench.benchmark import EXAMPLE, _docs, _final_request, _xr, changed_document, new_cluster
 from function import stack
-from function.render_loop import RenderError
-from tests.serve import serving
+from function.offline import RenderError
+from tests.support.serve import serving
 
 SCENARIOS = {"none": [], **{p.stem: _docs(p) for p in sorted((EXAMPLE / "environmentconfigs").glob("*.yaml"))}}
 

@@ -27,9 +27,10 @@ from function.errors import InputError
 from function.fn import FunctionRunner
 from function.main import cli
 from function.model import Accelerator, Cloud, ServingStack
+from function.offline import RenderError, RenderResult
 from function.overrides.collect import parse_environment_config
 from function.overrides.document import Document
-from function.render_loop import RenderError, RenderResult, render_documents
+from function.render_output import render_documents
 from function.stack import Stack
 from function.transforms import Transform
 from function.tree import struct_to_dict
@@ -96,7 +97,7 @@ class Rendered:
         return [(fnv1.Severity.Name(r.severity), r.message) for r in self.result.results]
 
     def documents(self) -> list[dict[str, Any]]:
-        """The documents ``crossplane render`` prints (dump with ``render_loop.dump_yaml``)."""
+        """The documents ``crossplane render`` prints (dump with ``render_output.dump_yaml``)."""
         return render_documents(self.result, include_results=True)
 
 

@@ -19,10 +19,12 @@ from function.files import fail, read_documents, read_one
 from function.fn import FunctionRunner
 from function.inputs import GRPC_MAX_RECEIVE_BYTES
 from function.model import Accelerator, Cloud
+from function.offline import RenderError, fetch_resources
 from function.overrides import explain as explaining  # the module; `explain` is the command
 from function.overrides import pulls
-from function.render_loop import RenderError, dump_yaml, fetch_resources, render_documents, to_jsonable
+from function.render_output import dump_yaml, render_documents
 from function.stack import select_stack
+from function.tree import to_jsonable
 from function.validate import validate
 from function.xr import parse_xr
 

@@ -7,6 +7,9 @@ and several times slower on these trees.
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -71,3 +74,22 @@ def whole_numbers(node: Any) -> Any:
     if isinstance(node, list | tuple):
         return [whole_numbers(item) for item in node]
     return node
+
+
+def to_jsonable(value: Any) -> Any:
+    """A YAML-loaded value made JSON-shaped: string keys, timestamps as RFC 3339, bytes as base64."""
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dt.date):  # a datetime is a date too
+        return _rfc3339(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def _rfc3339(value: dt.date) -> str:
+    if isinstance(value, dt.datetime) and value.utcoffset() == dt.timedelta(0):
+        return value.replace(tzinfo=None).isoformat() + "Z"
+    return value.isoformat()

@@ -30,6 +30,7 @@ from function import stack
 from function.errors import InputError
 from function.files import fail, read_documents, read_one
 from function.fn import FunctionRunner
+from function.offline import RenderError, fetch_resources, run_pipeline
 from function.overrides import Collected, plan
 from function.overrides.collect import (
     DEFAULT_LABEL,
@@ -47,7 +48,7 @@ from function.overrides.collect import (
     requirements,
 )
 from function.overrides.document import DOCUMENT_KEY, Document, content_digest
-from function.render_loop import RenderError, fetch_resources, run_pipeline, to_jsonable
+from function.tree import to_jsonable
 
 Severity = Literal["fatal", "warning"]
 

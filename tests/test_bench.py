@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.serve import REPO
+from tests.support.repo import REPO
 
 
 def test_load_script_runs_every_kind_without_errors() -> None:

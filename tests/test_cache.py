@@ -15,9 +15,9 @@ from function.model import Accelerator, Cloud
 from function.overrides import Collected, plan
 from function.overrides.collect import DEFAULT_REQUIREMENT
 from function.overrides.document import Document, OverrideDocument
-from tests.conftest import EXAMPLE, load_docs, make_xr
-from tests.requests import fatal, request
-from tests.serve import REPO
+from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.requests import fatal, request
+from tests.support.xr import make_xr
 
 
 def test_entries_are_evicted_least_recently_used_first_to_fit_the_byte_bound() -> None:

@@ -25,9 +25,10 @@ from function.overrides.images import image_name, pod_containers, qualify, split
 from function.paths import get_path
 from function.values import deep_merge, drop_nulls
 from generator.stackfile import ChartFacts, Charts, NotDeployed, read
-from tests.conftest import desired, make_xr
-from tests.serve import REPO
+from tests.support.crossplane import desired
 from tests.support.overrides import BANK_HOST, PAIRS, bank, ec, overridden, policy_input
+from tests.support.repo import REPO
+from tests.support.xr import make_xr
 
 FACTS = REPO / "facts" / "charts"
 CHARTS = read(REPO / "stacks" / "charts.yaml", Charts).charts

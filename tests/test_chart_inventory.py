@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 from generator import chart_inventory as ci
-from tests.conftest import reference_source
-from tests.serve import REPO
+from tests.support.repo import REPO, reference_source
 
 FACTS = REPO / "facts" / "charts"
 

@@ -11,10 +11,11 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.fn import FunctionRunner
-from function.render_loop import run_pipeline
-from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
-from tests.serve import serving
+from function.offline import run_pipeline
 from tests.support.overrides import ec
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.serve import serving
+from tests.support.xr import make_xr, provider_configs
 
 METHOD = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 NVIDIA_ONLY = {

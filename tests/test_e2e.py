@@ -12,10 +12,13 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
 from function import stack
-from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
-from tests import k8s_schema
-from tests.conftest import cli, desired, make_xr, provider_configs, render
-from tests.serve import REPO, free_port
+from function.offline import RenderError, RenderResult, run_pipeline
+from function.render_output import render_documents
+from tests.support import k8s_schema
+from tests.support.crossplane import desired, grpc_runner, render
+from tests.support.repo import REPO
+from tests.support.serve import cli, free_port
+from tests.support.xr import make_xr, provider_configs
 
 
 def render_over_grpc(target: str, xr: dict[str, Any], **kwargs: Any) -> RenderResult:

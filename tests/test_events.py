@@ -12,9 +12,11 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.events import MESSAGE_MAX, WARNINGS_CONDITION, warnings_message
-from function.render_loop import RenderResult, grpc_runner, render_documents, run_pipeline
-from tests.conftest import make_xr, provider_configs
+from function.offline import RenderResult, run_pipeline
+from function.render_output import render_documents
+from tests.support.crossplane import grpc_runner
 from tests.support.overrides import ec
+from tests.support.xr import make_xr, provider_configs
 
 
 def reconcile(target: str, xr: dict[str, Any], configs: list[dict[str, Any]]) -> tuple[RenderResult, dict[str, Any]]:

@@ -8,11 +8,14 @@ from typing import Any
 import pytest
 
 from function.model import ServingStackSpec
-from function.render_loop import grpc_runner, render_documents, run_composition, run_pipeline
-from tests import k8s_schema
-from tests.conftest import EXAMPLE, XRD, load_docs
-from tests.serve import serving
+from function.offline import run_composition, run_pipeline
+from function.render_output import render_documents
+from tests.support import k8s_schema
+from tests.support.crossplane import grpc_runner
 from tests.support.legacy import SHAPES
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.serve import serving
+from tests.support.xr import XRD
 
 
 @pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests import examples
-from tests.serve import REPO
+from tests.support import examples
+from tests.support.repo import REPO
 
 
 @pytest.mark.parametrize("name", sorted(examples.cases()))

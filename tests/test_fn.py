@@ -12,8 +12,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import stack
 from function.__version__ import __version__
 from function.fn import FunctionRunner
-from function.render_loop import RenderError
-from tests.conftest import desired, make_xr, observed_as, provider_configs, render, run_once
+from function.offline import RenderError
+from tests.support.crossplane import desired, render, run_once
+from tests.support.xr import make_xr, observed_as, provider_configs
 
 PAIRS = stack.available()
 NVIDIA_CLOUDS = [c for c, a in PAIRS if a == "NVIDIA"]

@@ -27,8 +27,10 @@ from hypothesis import strategies as st
 from function import stack
 from function.model import Accelerator, Cloud
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_LABEL, DEFAULT_REQUIREMENT, INPUT_API_VERSION
-from tests.conftest import EXAMPLE, PROFILE, load_docs, make_xr, provider_configs
-from tests.requests import ANNOTATION, assert_readable, call, request, run
+from tests.support.profiles import PROFILE
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.requests import ANNOTATION, assert_readable, call, request, run
+from tests.support.xr import make_xr, provider_configs
 
 # gRPC cases per profile (the in-process counts are the profiles' max_examples, tests/conftest.py).
 OVER_GRPC = {"ci": 15, "long": 300}[PROFILE]

@@ -13,8 +13,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.errors import MAX_MESSAGE_CHARS
 from function.inputs import GRPC_MAX_RECEIVE_BYTES, MAX_DEPTH, MAX_OBJECT_BYTES, MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_REQUIREMENT
-from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
-from tests.requests import assert_readable, call, fatal, request, run, struct
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.requests import assert_readable, call, fatal, request, run, struct
+from tests.support.xr import make_xr, provider_configs
 
 BANK = load_docs(EXAMPLE / "environmentconfigs" / "regulated-bank.yaml")[0]
 NAN, INF = float("nan"), float("inf")

@@ -11,7 +11,7 @@ from function.model import Accelerator, Cloud
 from function.overrides import pulls
 from function.overrides.document import Collected, Document, OverrideDocument
 from function.overrides.images import qualify, split_reference
-from tests.conftest import cli
+from tests.support.serve import cli
 
 BANK = "example/environmentconfigs/regulated-bank.yaml"
 MIRROR = "artifactory.bank.example"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import render_loop as rl
-from tests import k8s_schema as ks
+from function import offline, render_output
+from tests.support import k8s_schema as ks
 
 RELEASE: dict[str, Any] = {
     "apiVersion": "helm.m.crossplane.io/v1beta1",
@@ -358,8 +358,8 @@ def test_rendered_composed_resources_validate() -> None:
         )
         return rsp
 
-    result = asyncio.run(rl.run_pipeline(run, xr=xr))
-    docs = rl.render_documents(result)
+    result = asyncio.run(offline.run_pipeline(run, xr=xr))
+    docs = render_output.render_documents(result)
     assert [d["kind"] for d in docs] == ["ServingStack", "Release", "ProviderConfig", "Object"]
     assert docs[1]["metadata"]["ownerReferences"][0]["uid"] == ""
     assert ks.validate_documents(docs[1:], require_covered=True) == []

@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.serve import REPO
+from tests.support.repo import REPO
 
 # Lowest first. Each module's one job is in the README's layout map.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -70,7 +70,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "function.validate",
                 "function.library",
                 "function.offline",
-                "function.render_loop",
+                "function.render_output",
             }
         ),
     ),

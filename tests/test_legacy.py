@@ -17,9 +17,10 @@ from crossplane.function import resource
 
 from function import legacy
 from function.model import ServingStack
-from function.render_loop import RenderError, RenderResult, grpc_runner, run_pipeline
-from tests.conftest import desired, provider_configs
+from function.offline import RenderError, RenderResult, run_pipeline
+from tests.support.crossplane import desired, grpc_runner
 from tests.support.legacy import EKS, GKE, KUBECONFIG_ONLY, NEBIUS, V031, v031_xr
+from tests.support.xr import provider_configs
 
 
 def over_grpc(target: str, xr: dict[str, Any]) -> RenderResult:

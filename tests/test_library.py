@@ -22,10 +22,13 @@ from function.library import (
     override_documents,
     render,
 )
-from function.render_loop import dump_yaml, grpc_runner, run_pipeline
-from tests import k8s_schema
-from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
-from tests.serve import REPO, serving
+from function.offline import run_pipeline
+from function.render_output import dump_yaml
+from tests.support import k8s_schema
+from tests.support.crossplane import grpc_runner
+from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.serve import serving
+from tests.support.xr import make_xr, provider_configs
 
 FORK = EXAMPLE / "fork"
 

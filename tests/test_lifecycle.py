@@ -28,9 +28,11 @@ import pytest
 from function import stack
 from function.bodies import label_value
 from function.compose import HELM_PC, KUBERNETES_PC
-from function.render_loop import RenderError, RenderResult, grpc_runner, render_documents, run_pipeline
-from tests.conftest import desired, make_xr, observed_as
+from function.offline import RenderError, RenderResult, run_pipeline
+from function.render_output import render_documents
+from tests.support.crossplane import desired, grpc_runner
 from tests.support.overrides import ec
+from tests.support.xr import make_xr, observed_as
 
 USAGE = "protection.crossplane.io/v1beta1/Usage"
 # k8s.io/apimachinery/pkg/util/validation/validation.go, IsValidLabelValue:

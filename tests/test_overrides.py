@@ -12,8 +12,9 @@ from function.compose import OVERRIDDEN_BY
 from function.overrides import Collected, plan
 from function.overrides.collect import DEFAULT_LABEL
 from function.overrides.planned import MANAGED
-from tests.conftest import desired, make_xr, observed_as, provider_configs, render
+from tests.support.crossplane import desired, render
 from tests.support.overrides import ENV_API, ec, fatal, messages, mirror_all, overridden, stack_status
+from tests.support.xr import make_xr, observed_as, provider_configs
 
 
 def test_no_environment_config_renders_exactly_the_generated_stack() -> None:

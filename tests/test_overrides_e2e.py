@@ -9,10 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from function.render_loop import RenderResult, grpc_runner, render_documents, run_pipeline
-from tests import k8s_schema
-from tests.conftest import EXAMPLE, cli, desired, load_docs, make_xr, provider_configs, render
+from function.offline import RenderResult, run_pipeline
+from function.render_output import render_documents
+from tests.support import k8s_schema
+from tests.support.crossplane import desired, grpc_runner, render
 from tests.support.overrides import INPUT_CRD, PAIRS, ec, overridden, stack_status
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.serve import cli
+from tests.support.xr import make_xr, provider_configs
 
 EXAMPLES = load_docs(EXAMPLE / "environmentconfigs")
 BANK = next(d for d in EXAMPLES if d["metadata"]["name"] == "regulated-bank")

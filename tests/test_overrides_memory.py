@@ -18,18 +18,14 @@ import pytest
 import yaml
 from crossplane.function import resource
 
+from function.offline import RenderError, RenderResult, run_pipeline
 from function.overrides.memory import RETIRE_ANNOTATION
-from function.render_loop import (
-    RenderError,
-    RenderResult,
-    grpc_runner,
-    render_documents,
-    run_pipeline,
-)
-from tests import k8s_schema
-from tests.conftest import EXAMPLE, desired, load_docs, make_xr, provider_configs, render
-from tests.serve import REPO
+from function.render_output import render_documents
+from tests.support import k8s_schema
+from tests.support.crossplane import desired, grpc_runner, render
 from tests.support.overrides import ec, fatal, overridden, stack_status
+from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.xr import make_xr, provider_configs
 
 EXAMPLES = {d["metadata"]["name"]: d for d in load_docs(EXAMPLE / "environmentconfigs")}
 WARNING, NORMAL = 2, 3

@@ -19,8 +19,9 @@ from function.overrides.images import qualify, split_reference
 from function.overrides.registry import Rule, Rules, rewrite_chart_repository, rewrite_image_name
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
-from tests.conftest import desired, make_xr, render
+from tests.support.crossplane import desired, render
 from tests.support.overrides import PAIRS, ec, fatal, mirror_all, overridden
+from tests.support.xr import make_xr
 
 MIRROR = "mirror.example.com/hub"
 CHART_MIRROR = "oci://mirror.example.com/charts"

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import desired, make_xr
+from tests.support.crossplane import desired
 from tests.support.overrides import PAIRS, ec, fatal, messages, overridden, stack_status
+from tests.support.xr import make_xr
 
 WARNING, NORMAL = 2, 3
 

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from function.main import cli
-from tests.conftest import EXAMPLE, load_docs
+from tests.support.repo import EXAMPLE, load_docs
 
 XR = str(EXAMPLE / "xr.yaml")
 COMPOSITION = str(EXAMPLE / "composition.yaml")

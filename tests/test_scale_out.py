@@ -8,9 +8,8 @@ import sys
 
 import yaml
 
-from tests.conftest import EXAMPLE, load_docs
-from tests.k8s_schema import CRDIndex
-from tests.serve import REPO
+from tests.support.k8s_schema import CRDIndex
+from tests.support.repo import EXAMPLE, REPO, load_docs
 
 EXTRA_CRDS = REPO / "facts" / "extra-crds"
 

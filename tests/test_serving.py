@@ -20,9 +20,12 @@ import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function.render_loop import grpc_runner, run_pipeline, to_struct
-from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
-from tests.serve import free_port, serving
+from function.offline import run_pipeline
+from function.tree import to_struct
+from tests.support.crossplane import grpc_runner
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.serve import free_port, serving
+from tests.support.xr import make_xr, provider_configs
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -17,9 +17,10 @@ from function.generated import STACKS
 from function.paths import get_path
 from function.values import drop_nulls
 from generator.stackfile import NameFacts
-from tests.conftest import desired, make_xr, render
 from tests.support.charts import CHARTS, FACTS, inventory
+from tests.support.crossplane import desired, render
 from tests.support.overrides import ec, fatal, mirror_all
+from tests.support.xr import make_xr
 
 NVIDIA_CLOUDS = sorted(c for c, a in STACKS if a == "NVIDIA")
 

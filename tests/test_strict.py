@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from function.offline import RenderResult, run_pipeline
 from function.paths import get_path
-from function.render_loop import RenderResult, grpc_runner, run_pipeline
-from tests import k8s_schema
-from tests.conftest import desired, make_xr, provider_configs
+from tests.support import k8s_schema
+from tests.support.crossplane import desired, grpc_runner
 from tests.support.overrides import BANK_HOST, INPUT_CRD, PAIRS, bank, ec, fatal, overridden, policy_input
+from tests.support.xr import make_xr, provider_configs
 
 ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
 

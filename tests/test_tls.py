@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.conftest import make_xr
-from tests.serve import serving
+from tests.support.serve import serving
+from tests.support.xr import make_xr
 
 Pem = tuple[bytes, bytes]  # certificate, key
 

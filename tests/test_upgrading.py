@@ -15,7 +15,7 @@ from function.compose import provider_config_usage_key
 from function.model import Accelerator, Cloud
 from function.values import deep_merge
 from generator.refresh import DEFAULT_SHARED
-from tests.serve import REPO
+from tests.support.repo import REPO
 from upgrading import compare as upgrading
 
 V031 = upgrading.load_yaml(upgrading.FACTS / "v0.3.1.yaml")

@@ -14,9 +14,9 @@ import yaml
 
 from function.overrides import schema
 from function.overrides.document import OverrideDocument
-from tests.conftest import EXAMPLE, load_docs, make_xr
-from tests.serve import REPO
 from tests.support.overrides import PAIRS, ec, fatal
+from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.xr import make_xr
 
 CONFIGS = EXAMPLE / "environmentconfigs"
 

@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 from function import stack, wire
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
-from function.render_loop import RenderError, run_pipeline
+from function.offline import RenderError, run_pipeline
 from function.tree import to_struct
-from tests.conftest import EXAMPLE, load_docs, make_xr, provider_configs
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.xr import make_xr, provider_configs
 
 KEYS = st.text(max_size=6) | st.sampled_from(["name", "namespace", "names", "nam", "", "é", "ée", "e"])
 JSON = st.recursive(

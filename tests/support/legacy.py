@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from function import legacy
-from tests.serve import REPO
+from tests.support.repo import REPO
 
 V031 = yaml.safe_load((REPO / "facts" / "v0.3.1.yaml").read_text())
 KUBECONFIG = {"type": "Kubeconfig", "name": "c-kubeconfig", "key": "kubeconfig"}

@@ -9,10 +9,10 @@ import pytest
 from crossplane.function import resource
 
 from function import stack
+from function.offline import RenderError, RenderResult
 from function.overrides.collect import DEFAULT_LABEL
-from function.render_loop import RenderError, RenderResult
-from tests.conftest import render
-from tests.serve import REPO
+from tests.support.crossplane import render
+from tests.support.repo import REPO
 
 INPUT_CRD = REPO / "package" / "input" / "servingstack.fn.modelplane.ai_inputs.yaml"
 BANK_HOST = "mirror.bank.internal"

@@ -1,4 +1,4 @@
-"""A tiny composition function used to test function/render_loop.py.
+"""A tiny composition function used to test the offline render loop (function/offline.py).
 
 Its behaviour is picked by ``input.mode``:
 
@@ -12,7 +12,7 @@ Its behaviour is picked by ``input.mode``:
 * ``extend``: (a second pipeline step) adds a resource next to the desired
   state it received, recording what the previous step left in the context.
 
-Run as ``python -m tests.render_loop_fn --address 127.0.0.1:PORT`` it serves
+Run as ``python -m tests.support.tiny_function --address 127.0.0.1:PORT`` it serves
 itself on insecure gRPC through the SDK runtime.
 """
 

@@ -1,10 +1,9 @@
-"""Tests for function/render_loop.py, the local ``crossplane render`` engine."""
+"""The offline loop renders as ``crossplane render`` does: requests, the requirements loop, pipelines, output."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -14,12 +13,24 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from crossplane.function.runtime import BetaFunctionRunner
 
-from function import render_loop as rl
+from function.offline import (
+    ANNOTATION_COMPOSITION_RESOURCE_NAME,
+    CAPABILITIES,
+    RenderError,
+    RenderResult,
+    RunFn,
+    Step,
+    fetch_resources,
+    run_composition,
+    run_pipeline,
+    run_steps,
+    servicer_runner,
+)
+from function.render_output import dump_yaml, render_documents
 from function.tree import struct_to_dict
-from tests.render_loop_fn import TinyFunction
-from tests.serve import serving
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.support.crossplane import grpc_runner
+from tests.support.serve import serving
+from tests.support.tiny_function import TinyFunction
 
 XR: dict[str, Any] = {
     "apiVersion": "example.org/v1alpha1",
@@ -51,17 +62,17 @@ REQUIRED: list[dict[str, Any]] = [
 ]
 
 
-def tiny() -> rl.RunFn:
-    return rl.servicer_runner(TinyFunction())
+def tiny() -> RunFn:
+    return servicer_runner(TinyFunction())
 
 
-def render(mode: str = "require", **kw: Any) -> rl.RenderResult:
+def render(mode: str = "require", **kw: Any) -> RenderResult:
     kw.setdefault("required", REQUIRED)
     extra_input = kw.pop("extra_input", {})
-    return asyncio.run(rl.run_pipeline(tiny(), xr=XR, step="tiny", input={"mode": mode, **extra_input}, **kw))
+    return asyncio.run(run_pipeline(tiny(), xr=XR, step="tiny", input={"mode": mode, **extra_input}, **kw))
 
 
-def counting(run: rl.RunFn) -> tuple[rl.RunFn, list[fnv1.RunFunctionRequest]]:
+def counting(run: RunFn) -> tuple[RunFn, list[fnv1.RunFunctionRequest]]:
     seen: list[fnv1.RunFunctionRequest] = []
 
     async def wrapped(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -87,7 +98,7 @@ def names(resources: fnv1.Resources) -> list[tuple[str, str]]:
 def test_requirements_converge_in_two_calls() -> None:
     run, seen = counting(tiny())
     result = asyncio.run(
-        rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
+        run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
     )
     assert result.calls == 2
     assert len(seen) == 2
@@ -95,7 +106,7 @@ def test_requirements_converge_in_two_calls() -> None:
 
     first, second = seen
     for req in seen:
-        assert list(req.meta.capabilities) == list(rl.CAPABILITIES)
+        assert list(req.meta.capabilities) == list(CAPABILITIES)
         assert len(req.meta.capabilities) == 5
         assert req.meta.tag == ""
         assert struct_to_dict(req.observed.composite.resource) == XR
@@ -149,30 +160,30 @@ def test_selector_with_neither_name_nor_labels_matches_all_of_the_kind() -> None
 
 def test_fetch_resources_matching_rules() -> None:
     by_name = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_name="settings", namespace="team-a")
-    assert names(rl.fetch_resources(by_name, REQUIRED)) == [("team-a", "settings")]
+    assert names(fetch_resources(by_name, REQUIRED)) == [("team-a", "settings")]
 
     wrong_ns = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_name="settings", namespace="nowhere")
-    assert names(rl.fetch_resources(wrong_ns, REQUIRED)) == []
+    assert names(fetch_resources(wrong_ns, REQUIRED)) == []
 
     wrong_version = fnv1.ResourceSelector(api_version="v2", kind="ConfigMap", match_name="settings")
-    assert names(rl.fetch_resources(wrong_version, REQUIRED)) == []
+    assert names(fetch_resources(wrong_version, REQUIRED)) == []
 
     two_labels = fnv1.ResourceSelector(api_version="v1", kind="Node")
     two_labels.match_labels.labels.update({"accelerator": "gpu", "zone": "a"})
-    assert names(rl.fetch_resources(two_labels, REQUIRED)) == [("", "gpu-b")]
+    assert names(fetch_resources(two_labels, REQUIRED)) == [("", "gpu-b")]
 
     empty_labels = fnv1.ResourceSelector(api_version="v1", kind="Node")
     empty_labels.match_labels.SetInParent()
-    assert names(rl.fetch_resources(empty_labels, REQUIRED)) == [("", "cpu-a"), ("", "gpu-a"), ("", "gpu-b")]
+    assert names(fetch_resources(empty_labels, REQUIRED)) == [("", "cpu-a"), ("", "gpu-a"), ("", "gpu-b")]
 
     kind_only = fnv1.ResourceSelector(api_version="v2", kind="Node")
-    assert names(rl.fetch_resources(kind_only, REQUIRED)) == [("", "gpu-z")]
+    assert names(fetch_resources(kind_only, REQUIRED)) == [("", "gpu-z")]
 
 
 def test_requirements_that_never_stabilise_fail_after_six_calls() -> None:
     run, seen = counting(tiny())
-    with pytest.raises(rl.RenderError) as err:
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}, required=REQUIRED))
+    with pytest.raises(RenderError) as err:
+        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}, required=REQUIRED))
     assert len(seen) == 6
     assert str(err.value) == (
         'cannot run pipeline step "tiny": requirements didn\'t stabilize after the maximum number of iterations (5)'
@@ -186,8 +197,8 @@ def test_requirements_that_never_stabilise_fail_after_six_calls() -> None:
 
 def test_fatal_result_raises_with_its_message() -> None:
     run, seen = counting(tiny())
-    with pytest.raises(rl.RenderError, match=r'^pipeline step "tiny" returned a fatal result: the cluster is on fire$'):
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
+    with pytest.raises(RenderError, match=r'^pipeline step "tiny" returned a fatal result: the cluster is on fire$'):
+        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
     assert len(seen) == 1
 
 
@@ -205,8 +216,8 @@ def test_fatal_result_stops_the_loop_even_with_changing_requirements() -> None:
             rsp.results.add(severity=fnv1.SEVERITY_FATAL, message="stop")
         return rsp
 
-    with pytest.raises(rl.RenderError, match="returned a fatal result: stop"):
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    with pytest.raises(RenderError, match="returned a fatal result: stop"):
+        asyncio.run(run_pipeline(run, xr=XR, step="s"))
     assert calls == 3
 
 
@@ -214,8 +225,8 @@ def test_runner_exception_is_wrapped() -> None:
     async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         raise ConnectionError("refused")
 
-    with pytest.raises(rl.RenderError, match=r'^cannot run pipeline step "s": refused$'):
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    with pytest.raises(RenderError, match=r'^cannot run pipeline step "s": refused$'):
+        asyncio.run(run_pipeline(run, xr=XR, step="s"))
 
 
 def test_empty_requirements_message_counts_as_a_change_once() -> None:
@@ -229,7 +240,7 @@ def test_empty_requirements_message_counts_as_a_change_once() -> None:
         rsp.requirements.SetInParent()
         return rsp
 
-    result = asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    result = asyncio.run(run_pipeline(run, xr=XR, step="s"))
     assert calls == 2
     assert result.calls == 2
 
@@ -238,7 +249,7 @@ def test_no_requirements_means_one_call() -> None:
     async def run(_req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return fnv1.RunFunctionResponse()
 
-    out = asyncio.run(rl.run_pipeline(run, xr=XR, step="s"))
+    out = asyncio.run(run_pipeline(run, xr=XR, step="s"))
     assert out.calls == 1
     assert not out.has_context
     assert out.context == {}
@@ -251,7 +262,7 @@ def test_deprecated_extra_resources_are_fetched_into_extra_resources() -> None:
         sel.api_version, sel.kind, sel.match_name = "v1", "ConfigMap", "unrelated"
         return rsp
 
-    result = asyncio.run(rl.run_pipeline(run, xr=XR, step="s", required=REQUIRED))
+    result = asyncio.run(run_pipeline(run, xr=XR, step="s", required=REQUIRED))
     assert result.calls == 2
     second = result.requests[1]
     assert names(second.extra_resources["cfg"]) == [("team-a", "unrelated")]
@@ -264,18 +275,18 @@ def test_bootstrap_requirements_are_sent_first_and_kept() -> None:
             {"requirementName": "boot", "apiVersion": "v1", "kind": "Node", "matchLabels": {"accelerator": "gpu"}},
         ]
     }
-    result = render(bootstrap_requirements=bootstrap)
+    step = Step("tiny", tiny(), {"mode": "require"}, requirements=bootstrap)
+    result = asyncio.run(run_steps([step], xr=XR, required=REQUIRED))
     assert result.calls == 2
     for req in result.requests:
         assert names(req.required_resources["boot"]) == [("", "gpu-a"), ("", "gpu-b")]
     assert sorted(result.requests[1].required_resources) == ["boot", "gpus", "settings"]
 
 
-def test_initial_context_and_credentials_reach_the_function() -> None:
-    result = render(context={"apiextensions.crossplane.io/environment": {"k": "v"}}, credentials={"kc": {"k": b"x"}})
+def test_initial_context_reaches_the_function() -> None:
+    result = render(context={"apiextensions.crossplane.io/environment": {"k": "v"}})
     first = result.requests[0]
     assert struct_to_dict(first.context) == {"apiextensions.crossplane.io/environment": {"k": "v"}}
-    assert first.credentials["kc"].credential_data.data["k"] == b"x"
     assert result.context["apiextensions.crossplane.io/environment"] == {"k": "v"}
 
 
@@ -286,7 +297,7 @@ def test_observed_resources_are_keyed_by_annotation() -> None:
         "metadata": {
             "name": "demo-pool-x7k2p",
             "namespace": "team-a",
-            "annotations": {rl.ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
+            "annotations": {ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
             "creationTimestamp": yaml.safe_load("t: 2024-05-01T10:00:00Z")["t"],
         },
     }
@@ -295,7 +306,7 @@ def test_observed_resources_are_keyed_by_annotation() -> None:
     assert list(sent) == ["pool"]
     assert struct_to_dict(sent["pool"].resource)["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
 
-    with pytest.raises(rl.RenderError, match=r"has no crossplane\.io/composition-resource-name annotation"):
+    with pytest.raises(RenderError, match=r"has no crossplane\.io/composition-resource-name annotation"):
         render(observed=[_cm("x")])
 
 
@@ -382,11 +393,11 @@ kind: Context
 
 def test_documents_order_and_shape() -> None:
     result = render(extra_input={"namespace": "team-a"})
-    docs = rl.render_documents(result, include_results=True, include_context=True)
+    docs = render_documents(result, include_results=True, include_context=True)
     assert [d["kind"] for d in docs] == ["XStack", "ConfigMap", "Pool", "Result", "Context"]
-    assert rl.dump_yaml(docs) == EXPECTED_YAML
+    assert dump_yaml(docs) == EXPECTED_YAML
 
-    plain = rl.render_documents(result)
+    plain = render_documents(result)
     assert [d["kind"] for d in plain] == ["XStack", "ConfigMap", "Pool"]
     assert plain == docs[:3]
     # Integers stay integers (the Struct carried them as doubles).
@@ -395,22 +406,22 @@ def test_documents_order_and_shape() -> None:
 
 
 def test_full_xr_adds_spec_and_metadata() -> None:
-    docs = rl.render_documents(render(), include_full_xr=True)
+    docs = render_documents(render(), include_full_xr=True)
     assert docs[0]["spec"] == {"cloud": "EKS"}
     assert docs[0]["metadata"]["uid"] == "0000-1111"
 
 
 def test_dump_is_deterministic() -> None:
-    a = rl.dump_yaml(rl.render_documents(render(), include_results=True, include_context=True))
-    b = rl.dump_yaml(rl.render_documents(render(), include_results=True, include_context=True))
+    a = dump_yaml(render_documents(render(), include_results=True, include_context=True))
+    b = dump_yaml(render_documents(render(), include_results=True, include_context=True))
     assert a == b
     assert a.encode() == b.encode()
     assert "3.0" not in a
     shared = {"k": 1.0}
-    assert rl.dump_yaml([{"a": shared, "b": shared, "long": "x" * 300}]) == (
+    assert dump_yaml([{"a": shared, "b": shared, "long": "x" * 300}]) == (
         "---\na:\n  k: 1\nb:\n  k: 1\nlong: " + "x" * 300 + "\n"
     )
-    assert rl.dump_yaml([]) == ""
+    assert dump_yaml([]) == ""
 
 
 def test_observed_name_and_namespace_are_carried_over() -> None:
@@ -420,15 +431,15 @@ def test_observed_name_and_namespace_are_carried_over() -> None:
         "metadata": {
             "name": "demo-pool-x7k2p",
             "namespace": "elsewhere",
-            "annotations": {rl.ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
+            "annotations": {ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
         },
     }
     cluster_xr = {**XR, "metadata": {"name": "demo"}}
     result = asyncio.run(
-        rl.run_pipeline(tiny(), xr=cluster_xr, step="tiny", input={"mode": "require"}, observed=[observed],
+        run_pipeline(tiny(), xr=cluster_xr, step="tiny", input={"mode": "require"}, observed=[observed],
                         required=REQUIRED)
     )  # fmt: skip
-    docs = rl.render_documents(result)
+    docs = render_documents(result)
     pool = docs[2]["metadata"]
     assert pool["name"] == "demo-pool-x7k2p"
     assert pool["namespace"] == "elsewhere"  # cluster-scoped XR: namespace stays as observed
@@ -441,13 +452,13 @@ def test_observed_name_and_namespace_are_carried_over() -> None:
     assert docs[0]["metadata"] == {"name": "demo"}
 
 
-def _result_with(ready: dict[str, int], composite_ready: int = fnv1.READY_UNSPECIFIED) -> rl.RenderResult:
+def _result_with(ready: dict[str, int], composite_ready: int = fnv1.READY_UNSPECIFIED) -> RenderResult:
     desired = fnv1.State()
     desired.composite.ready = composite_ready  # type: ignore[assignment]
     for name, r in ready.items():
         desired.resources[name].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
         desired.resources[name].ready = r
-    return rl.RenderResult(xr=XR, desired=desired, results=[], context={}, calls=1)
+    return RenderResult(xr=XR, desired=desired, results=[], context={})
 
 
 @pytest.mark.parametrize(
@@ -475,7 +486,7 @@ def _result_with(ready: dict[str, int], composite_ready: int = fnv1.READY_UNSPEC
     ],
 )
 def test_xr_ready_condition(ready: dict[str, int], composite_ready: int, want: dict[str, str]) -> None:
-    xr_doc = rl.render_documents(_result_with(ready, composite_ready))[0]
+    xr_doc = render_documents(_result_with(ready, composite_ready))[0]
     assert xr_doc["status"]["conditions"] == [
         {"type": "Ready", "lastTransitionTime": "2024-01-01T00:00:00Z", **want},
     ]
@@ -509,13 +520,13 @@ COMPOSITION: dict[str, Any] = {
 
 
 def test_composition_feeds_desired_state_and_context_forward() -> None:
-    result = asyncio.run(rl.run_composition({"function-tiny": tiny()}, COMPOSITION, xr=XR, required=REQUIRED))
+    result = asyncio.run(run_composition({"function-tiny": tiny()}, COMPOSITION, xr=XR, required=REQUIRED))
     assert result.calls == 3  # 2 for the requirements loop of "compose", 1 for "extend"
     assert sorted(result.desired.resources) == ["config", "extra", "pool"]
     extra = struct_to_dict(result.desired.resources["extra"].resource)
     assert extra["data"] == {"previous": "config,pool", "seen": "3"}
     assert result.result_steps == ["compose", "extend"]
-    docs = rl.render_documents(result, include_results=True)
+    docs = render_documents(result, include_results=True)
     assert [(d["kind"], d.get("step")) for d in docs] == [
         ("XStack", None),
         ("ConfigMap", None),
@@ -533,13 +544,13 @@ def test_composition_checks() -> None:
         **COMPOSITION,
         "spec": {**COMPOSITION["spec"], "compositeTypeRef": {"apiVersion": "x/v1", "kind": "Y"}},
     }
-    with pytest.raises(rl.RenderError, match=r"compositeTypeRef.kind \(Y\) does not match XR's kind \(XStack\)"):
-        asyncio.run(rl.run_composition(runners, wrong_kind, xr=XR))
-    with pytest.raises(rl.RenderError, match='unknown Function "function-tiny"'):
-        asyncio.run(rl.run_composition({}, COMPOSITION, xr=XR))
+    with pytest.raises(RenderError, match=r"compositeTypeRef.kind \(Y\) does not match XR's kind \(XStack\)"):
+        asyncio.run(run_composition(runners, wrong_kind, xr=XR))
+    with pytest.raises(RenderError, match='unknown Function "function-tiny"'):
+        asyncio.run(run_composition({}, COMPOSITION, xr=XR))
     selecting = {**XR, "spec": {"crossplane": {"compositionSelector": {"matchLabels": {"tier": "cpu"}}}}}
-    with pytest.raises(rl.RenderError, match='incorrect value for label "tier": want "cpu", got "gpu"'):
-        asyncio.run(rl.run_composition(runners, COMPOSITION, xr=selecting))
+    with pytest.raises(RenderError, match='incorrect value for label "tier": want "cpu", got "gpu"'):
+        asyncio.run(run_composition(runners, COMPOSITION, xr=selecting))
 
 
 # --------------------------------------------------------------------------- #
@@ -549,37 +560,37 @@ def test_composition_checks() -> None:
 
 @pytest.fixture
 def served_function() -> Iterator[str]:
-    with serving(["tests.render_loop_fn"]) as (target, _):
+    with serving(["tests.support.tiny_function"]) as (target, _):
         yield target
 
 
 def test_over_real_grpc(served_function: str) -> None:
-    run = rl.grpc_runner(served_function, timeout=20)
+    run = grpc_runner(served_function, timeout=20)
     result = asyncio.run(
-        rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
+        run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
     )
     assert result.calls == 2
-    docs = rl.render_documents(result, include_results=True, include_context=True)
-    assert rl.dump_yaml(docs) == EXPECTED_YAML
+    docs = render_documents(result, include_results=True, include_context=True)
+    assert dump_yaml(docs) == EXPECTED_YAML
 
-    with pytest.raises(rl.RenderError, match="returned a fatal result: the cluster is on fire"):
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
-    with pytest.raises(rl.RenderError, match="didn't stabilize"):
-        asyncio.run(rl.run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}))
+    with pytest.raises(RenderError, match="returned a fatal result: the cluster is on fire"):
+        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
+    with pytest.raises(RenderError, match="didn't stabilize"):
+        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}))
 
 
 def test_grpc_runner_falls_back_to_v1beta1() -> None:
     """A server that only speaks v1beta1 answers v1 with UNIMPLEMENTED; the runner retries on v1beta1."""
 
-    async def scenario() -> rl.RenderResult:
+    async def scenario() -> RenderResult:
         server = grpc.aio.server()
         add_beta: Any = grpcv1beta1.add_FunctionRunnerServiceServicer_to_server  # untyped generated code
         add_beta(BetaFunctionRunner(TinyFunction()), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         try:
-            return await rl.run_pipeline(
-                rl.grpc_runner(f"127.0.0.1:{port}", timeout=20),
+            return await run_pipeline(
+                grpc_runner(f"127.0.0.1:{port}", timeout=20),
                 xr=XR,
                 step="tiny",
                 input={"mode": "require", "namespace": "team-a"},
@@ -590,4 +601,4 @@ def test_grpc_runner_falls_back_to_v1beta1() -> None:
 
     result = asyncio.run(scenario())
     assert result.calls == 2
-    assert rl.dump_yaml(rl.render_documents(result, include_results=True, include_context=True)) == EXPECTED_YAML
+    assert dump_yaml(render_documents(result, include_results=True, include_context=True)) == EXPECTED_YAML

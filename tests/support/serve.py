@@ -1,4 +1,4 @@
-"""Run a gRPC function server in a subprocess on a free loopback port."""
+"""The function as a real process: a gRPC server on a free loopback port, or one CLI command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.repo import REPO
 
 
 def free_port() -> int:
@@ -70,3 +70,19 @@ def serving(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The function's CLI in a subprocess, as a user runs it; a hang fails after a minute.
+
+    For what only the real process shows (exit codes of serving, log lines);
+    everything else runs in process through the ``invoke`` fixture.
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "function.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

@@ -52,6 +52,8 @@ import yaml
 from jsonschema import Draft202012Validator, FormatChecker, validators  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped, unused-ignore]
 
+from tests.support.repo import REPO
+
 __all__ = [
     "CEL_RULES",
     "CRDIndex",
@@ -64,7 +66,6 @@ __all__ = [
     "validate_documents",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- #
 # Locating and indexing CRDs
@@ -72,12 +73,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def crd_dir() -> Path:
-    return REPO_ROOT / "facts" / "crds"
+    return REPO / "facts" / "crds"
 
 
 def default_sources() -> list[Path]:
     files = sorted(p for p in crd_dir().glob("*.yaml") if p.name != "SOURCES.yaml")
-    files += sorted((REPO_ROOT / "facts" / "manifests").glob("gaie-crds-*.yaml"))
+    files += sorted((REPO / "facts" / "manifests").glob("gaie-crds-*.yaml"))
     return files
 
 

@@ -20,7 +20,7 @@ from google.protobuf import struct_pb2
 from function.errors import MAX_MESSAGE_CHARS
 from function.fn import FunctionRunner
 from function.overrides.collect import DEFAULT_REQUIREMENT
-from tests.conftest import provider_configs
+from tests.support.xr import provider_configs
 
 ANNOTATION = "crossplane.io/composition-resource-name"
 

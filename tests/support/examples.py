@@ -1,7 +1,7 @@
 """The expected render output of the examples: ``example/expected/<case>.yaml``.
 
-``python -m tests.examples`` (``./dev examples``) rewrites them from
-``example/expected/cases.yaml``; ``python -m tests.examples --check`` and
+``python -m tests.support.examples`` (``./dev examples``) rewrites them from
+``example/expected/cases.yaml``; ``python -m tests.support.examples --check`` and
 ``tests/test_examples_expected.py`` compare them with a fresh render.
 """
 
@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from function.main import cli
-from tests.serve import REPO
+from tests.support.repo import REPO
 
 EXPECTED = REPO / "example" / "expected"
 
