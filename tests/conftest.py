@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +16,10 @@ from function.main import cli
 from tests.support import k8s_schema
 from tests.support.profiles import PROFILE
 from tests.support.repo import REPO
-from tests.support.serve import serving
+from tests.support.serve import Invoke, serving
 from tests.support.xr import XRD
 
 settings.load_profile(PROFILE)
-
-Invoke = Callable[..., Result]
-"""``invoke(*args)``: the ``function`` command run in process; click's Result (exit_code, stdout, stderr)."""
 
 
 @pytest.fixture(scope="session")

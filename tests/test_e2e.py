@@ -17,7 +17,7 @@ from function.render_output import render_documents
 from tests.support import k8s_schema
 from tests.support.crossplane import desired, grpc_runner, render
 from tests.support.repo import REPO
-from tests.support.serve import cli, free_port
+from tests.support.serve import Invoke, cli, free_port
 from tests.support.xr import make_xr, provider_configs
 
 
@@ -109,19 +109,19 @@ def test_cli_on_a_busy_address_fails_in_one_line(server: str) -> None:
     assert out.stderr.strip().splitlines()[-1].startswith(f"function: cannot serve on {server}")
 
 
-def test_cli_render_prints_what_crossplane_render_prints() -> None:
-    out = cli("render", "example/xr.yaml", "--observed", "example/observed/")
-    assert out.returncode == 0, out.stderr
+def test_cli_render_prints_what_crossplane_render_prints(invoke: Invoke) -> None:
+    out = invoke("render", "example/xr.yaml", "--observed", "example/observed/")
+    assert out.exit_code == 0, out.stderr
     docs = out.stdout.split("\n---\n")
     assert docs[0].startswith("---\napiVersion: infrastructure.modelplane.ai/v1alpha1\nkind: ServingStack")
     assert "crossplane.io/composition-resource-name: ai-gateway\n" in docs[1]
-    assert cli("render", "example/xr.yaml", "--observed", "example/observed/").stdout == out.stdout
+    assert invoke("render", "example/xr.yaml", "--observed", "example/observed/").stdout == out.stdout
 
 
-def test_cli_render_of_a_bad_xr_fails_in_one_line(tmp_path: Any) -> None:
+def test_cli_render_of_a_bad_xr_fails_in_one_line(tmp_path: Any, invoke: Invoke) -> None:
     bad = tmp_path / "xr.yaml"
     bad.write_text((REPO / "example" / "xr.yaml").read_text().replace("cloud: GKE", "cloud: Moon"))
-    out = cli("render", str(bad))
-    assert out.returncode == 1
+    out = invoke("render", str(bad))
+    assert out.exit_code == 1
     [line] = out.stderr.strip().splitlines()
     assert "spec.cloud" in line and "Moon" in line

@@ -14,7 +14,6 @@ from tests.support import k8s_schema
 from tests.support.crossplane import grpc_runner
 from tests.support.legacy import SHAPES
 from tests.support.repo import EXAMPLE, load_docs
-from tests.support.serve import serving
 from tests.support.xr import XRD
 
 
@@ -75,37 +74,35 @@ def test_example_function_package_reference_is_valid() -> None:
     assert k8s_schema.validate(function) == []
 
 
-def test_example_composition_renders_through_the_served_function() -> None:
+def test_example_composition_renders_through_the_served_function(server: str) -> None:
     [composition] = load_docs(EXAMPLE / "composition.yaml")
     [function] = load_docs(EXAMPLE / "functions.yaml")
     xr: dict[str, Any] = load_docs(EXAMPLE / "xr.yaml")[0]
-    with serving(["function.main", "--insecure"]) as (target, _):
-        result = asyncio.run(
-            run_composition(
-                {function["metadata"]["name"]: grpc_runner(target)},
-                composition,
-                xr=xr,
-                observed=load_docs(EXAMPLE / "observed"),
-            )
+    result = asyncio.run(
+        run_composition(
+            {function["metadata"]["name"]: grpc_runner(server)},
+            composition,
+            xr=xr,
+            observed=load_docs(EXAMPLE / "observed"),
         )
+    )
     docs = render_documents(result)
     names = [d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for d in docs[1:]]
     assert "gateway" in names and "gpu-operator" in names and "prometheus" in names
     assert docs[0]["status"]["stack"]["id"] == "gke-nvidia"
 
 
-def test_status_the_function_writes_fits_the_xrd(xr_index: k8s_schema.CRDIndex) -> None:
+def test_status_the_function_writes_fits_the_xrd(server: str, xr_index: k8s_schema.CRDIndex) -> None:
     """Crossplane prunes status fields the XRD does not declare: every one we write must be declared."""
     xr = load_docs(EXAMPLE / "xr.yaml")[0]
-    with serving(["function.main", "--insecure"]) as (target, _):
-        result = asyncio.run(
-            run_pipeline(
-                grpc_runner(target),
-                xr=xr,
-                observed=load_docs(EXAMPLE / "observed"),
-                required=load_docs(EXAMPLE / "environmentconfigs"),
-            )
+    result = asyncio.run(
+        run_pipeline(
+            grpc_runner(server),
+            xr=xr,
+            observed=load_docs(EXAMPLE / "observed"),
+            required=load_docs(EXAMPLE / "environmentconfigs"),
         )
+    )
     status = render_documents(result)[0]["status"]
     assert status["stack"]["environmentConfigs"]  # overrides applied: overriddenBy entries present too
     status.pop("conditions")  # Crossplane's own, declared by the XRD machinery

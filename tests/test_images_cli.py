@@ -11,20 +11,20 @@ from function.model import Accelerator, Cloud
 from function.overrides import pulls
 from function.overrides.document import Collected, Document, OverrideDocument
 from function.overrides.images import qualify, split_reference
-from tests.support.serve import cli
+from tests.support.serve import Invoke
 
 BANK = "example/environmentconfigs/regulated-bank.yaml"
 MIRROR = "artifactory.bank.example"
 
 
-def _lines(*args: str) -> list[str]:
-    out = cli("images", *args)
-    assert out.returncode == 0, out.stderr
+def _lines(invoke: Invoke, *args: str) -> list[str]:
+    out = invoke("images", *args)
+    assert out.exit_code == 0, out.stderr
     return out.stdout.splitlines()
 
 
-def test_without_documents_every_stack_lists_upstream_images_and_charts_once() -> None:
-    lines = _lines()
+def test_without_documents_every_stack_lists_upstream_images_and_charts_once(invoke: Invoke) -> None:
+    lines = _lines(invoke)
     assert len(lines) == len(set(lines)) == len(sorted(lines))
     for expected in (
         "image docker.io/envoyproxy/envoy:distroless-v1.38.1",  # the controller's built-in proxy
@@ -41,8 +41,8 @@ def test_without_documents_every_stack_lists_upstream_images_and_charts_once() -
     assert {line.split()[0] for line in lines} == {"image", "chart", "registry"}
 
 
-def test_with_the_bank_mirror_everything_comes_from_the_mirror() -> None:
-    lines = _lines("--xr", "example/xr.yaml", "-e", BANK)
+def test_with_the_bank_mirror_everything_comes_from_the_mirror(invoke: Invoke) -> None:
+    lines = _lines(invoke, "--xr", "example/xr.yaml", "-e", BANK)
     assert len(lines) > 30
     for line in lines:
         kind, ref = line.split(" ", 1)
@@ -50,8 +50,8 @@ def test_with_the_bank_mirror_everything_comes_from_the_mirror() -> None:
     assert f"image {MIRROR}/dockerhub/envoyproxy/envoy:distroless-v1.38.1" in lines
 
 
-def test_pairs_name_upstream_and_mirror() -> None:
-    lines = _lines("--xr", "example/xr.yaml", "-e", BANK, "--format", "pairs")
+def test_pairs_name_upstream_and_mirror(invoke: Invoke) -> None:
+    lines = _lines(invoke, "--xr", "example/xr.yaml", "-e", BANK, "--format", "pairs")
     controller = "jetstack/cert-manager-controller:v1.17.2"
     assert f"image quay.io/{controller} -> {MIRROR}/remote/{controller}" in lines
     assert (
@@ -60,10 +60,10 @@ def test_pairs_name_upstream_and_mirror() -> None:
     )
 
 
-def test_skopeo_sync_puts_every_image_where_the_mirror_rules_point() -> None:
-    mirrored = {line.split(" ", 1)[1] for line in _lines("-e", BANK) if line.startswith("image ")}
-    out = cli("images", "-e", BANK, "--format", "skopeo")
-    assert out.returncode == 0, out.stderr
+def test_skopeo_sync_puts_every_image_where_the_mirror_rules_point(invoke: Invoke) -> None:
+    mirrored = {line.split(" ", 1)[1] for line in _lines(invoke, "-e", BANK) if line.startswith("image ")}
+    out = invoke("images", "-e", BANK, "--format", "skopeo")
+    assert out.exit_code == 0, out.stderr
     placed = set()
     for text in out.stdout.split("---\n"):
         header, _, body = text.partition("\n")
@@ -76,7 +76,7 @@ def test_skopeo_sync_puts_every_image_where_the_mirror_rules_point() -> None:
     assert placed == mirrored
 
 
-def test_skopeo_refuses_a_rule_it_cannot_reproduce(tmp_path: Path) -> None:
+def test_skopeo_refuses_a_rule_it_cannot_reproduce(tmp_path: Path, invoke: Invoke) -> None:
     doc = {
         "apiVersion": "apiextensions.crossplane.io/v1beta1",
         "kind": "EnvironmentConfig",
@@ -85,12 +85,12 @@ def test_skopeo_refuses_a_rule_it_cannot_reproduce(tmp_path: Path) -> None:
     }
     file = tmp_path / "deep.yaml"
     file.write_text(yaml.safe_dump(doc))
-    out = cli("images", "--xr", "example/xr.yaml", "-e", str(file), "--format", "skopeo")
-    assert out.returncode == 1
+    out = invoke("images", "--xr", "example/xr.yaml", "-e", str(file), "--format", "skopeo")
+    assert out.exit_code == 1
     assert out.stderr.count("\n") == 1 and "use --format pairs" in out.stderr
 
 
-def test_a_strict_failure_exits_non_zero_in_one_line(tmp_path: Path) -> None:
+def test_a_strict_failure_exits_non_zero_in_one_line(tmp_path: Path, invoke: Invoke) -> None:
     policy = {
         "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
         "kind": "Input",
@@ -98,8 +98,8 @@ def test_a_strict_failure_exits_non_zero_in_one_line(tmp_path: Path) -> None:
     }
     file = tmp_path / "input.yaml"
     file.write_text(yaml.safe_dump(policy))
-    out = cli("images", "--xr", "example/xr.yaml", "--input", str(file))
-    assert out.returncode == 1 and out.stdout == ""
+    out = invoke("images", "--xr", "example/xr.yaml", "--input", str(file))
+    assert out.exit_code == 1 and out.stdout == ""
     assert out.stderr.startswith("function: prod-eu-1: function Input: spec.registry.strict: no override document")
     assert out.stderr.count("\n") == 1
 

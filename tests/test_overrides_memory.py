@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,8 @@ from function.render_output import render_documents
 from tests.support import k8s_schema
 from tests.support.crossplane import desired, grpc_runner, render
 from tests.support.overrides import ec, fatal, overridden, stack_status
-from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.repo import EXAMPLE, load_docs
+from tests.support.serve import Invoke
 from tests.support.xr import make_xr, provider_configs
 
 EXAMPLES = {d["metadata"]["name"]: d for d in load_docs(EXAMPLE / "environmentconfigs")}
@@ -239,19 +238,15 @@ def test_a_malformed_memory_is_fatal_naming_the_field() -> None:
     assert "ServingStack status.stack.documents[0]: needs a name and a servingStack document" in fatal(xr)
 
 
-def test_explain_says_which_documents_are_remembered(tmp_path: Path) -> None:
+def test_explain_says_which_documents_are_remembered(tmp_path: Path, invoke: Invoke) -> None:
     xr = lab_xr()
     first = overridden(xr, EXAMPLES["prod-hold"])
     xr["status"] = resource.struct_to_dict(first.desired.composite.resource)["status"]
     path = tmp_path / "xr.yaml"
     path.write_text(yaml.safe_dump(xr))
-    out = subprocess.run(
-        [sys.executable, "-m", "function.main", "explain", str(path), "--only-changed"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    run = invoke("explain", str(path), "--only-changed")
+    assert run.exit_code == 0, run.stderr
+    out = run.stdout
     assert "EnvironmentConfigs applied, in order: prod-hold (remembered: absent now)" in out
     assert "warning: EnvironmentConfig prod-hold applied at the last reconcile but it was not delivered" in out
     assert "chart.version  v1.17.1  [prod-hold]" in out

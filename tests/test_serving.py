@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from function.offline import run_pipeline
 from function.tree import to_struct
 from tests.support.crossplane import grpc_runner
 from tests.support.repo import EXAMPLE, load_docs
-from tests.support.serve import free_port, serving
+from tests.support.serve import cli, free_port, serving
 from tests.support.xr import make_xr, provider_configs
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -135,13 +133,7 @@ def test_reuse_port_is_an_explicit_opt_in(tmp_path: Path) -> None:
         _,
     ):
         # Without the flag the busy port is refused ...
-        refused = subprocess.run(
-            [sys.executable, "-m", "function.main", "--insecure", "--address", target],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        refused = cli("--insecure", "--address", target)
         assert refused.returncode == 1
         assert refused.stderr.strip().splitlines()[-1].startswith(f"function: cannot serve on {target}")
         # ... with it a second process shares the address, and both answer: the
@@ -178,13 +170,7 @@ def test_requests_never_lose_the_server(tmp_path: Path) -> None:
 
 def test_non_positive_message_sizes_fail_in_one_line() -> None:
     for flag in ("--max-recv-message-size", "--max-send-message-size"):
-        out = subprocess.run(
-            [sys.executable, "-m", "function.main", "--insecure", flag, "0", "--address", f"127.0.0.1:{free_port()}"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        out = cli("--insecure", flag, "0", "--address", f"127.0.0.1:{free_port()}")
         assert out.returncode == 1
         assert out.stderr.strip().splitlines() == [
             "function: --max-recv-message-size and --max-send-message-size are in MB and must be positive"

@@ -16,6 +16,7 @@ from function.overrides import schema
 from function.overrides.document import OverrideDocument
 from tests.support.overrides import PAIRS, ec, fatal
 from tests.support.repo import EXAMPLE, REPO, load_docs
+from tests.support.serve import Invoke
 from tests.support.xr import make_xr
 
 CONFIGS = EXAMPLE / "environmentconfigs"
@@ -37,21 +38,21 @@ def write(tmp_path: Path, name: str, *docs: dict[str, Any]) -> str:
     return str(path)
 
 
-def test_the_shipped_examples_validate_against_every_stack_and_the_example_xr() -> None:
-    out = validate("-e", str(CONFIGS))
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_the_shipped_examples_validate_against_every_stack_and_the_example_xr(invoke: Invoke) -> None:
+    out = invoke("validate", "-e", str(CONFIGS))
+    assert out.exit_code == 0, out.stdout + out.stderr
     assert out.stdout == ""
     assert out.stderr == "function validate: 5 documents against every generated stack: 0 fatal, 0 warnings\n"
-    out = validate("-e", str(CONFIGS), "--xr", "example/xr.yaml")
-    assert out.returncode == 0, out.stdout + out.stderr
+    out = invoke("validate", "-e", str(CONFIGS), "--xr", "example/xr.yaml")
+    assert out.exit_code == 0, out.stdout + out.stderr
     assert "against 1 ServingStacks: 0 fatal" in out.stderr
 
 
-def test_a_bad_document_fails_with_the_message_the_function_gives(tmp_path: Path) -> None:
+def test_a_bad_document_fails_with_the_message_the_function_gives(tmp_path: Path, invoke: Invoke) -> None:
     bad = ec("nv", {"match": {"accelerators": ["NVIDIA"]}, "components": {"amd-gpu-operator": {"state": "Removed"}}})
     path = write(tmp_path, "bad.yaml", bad)
-    out = validate("-e", path)
-    assert out.returncode == 1
+    out = invoke("validate", "-e", path)
+    assert out.exit_code == 1
     lines = out.stdout.splitlines()
     # Every NVIDIA stack, one line each; no AMD stack (the match excludes them).
     assert [line.split(": ", 2)[1] for line in lines] == [
@@ -67,21 +68,23 @@ def test_a_bad_document_fails_with_the_message_the_function_gives(tmp_path: Path
     assert out.stderr.endswith("0 warnings\n") and "6 fatal" in out.stderr
 
 
-def test_against_given_xrs_the_function_itself_runs(tmp_path: Path) -> None:
+def test_against_given_xrs_the_function_itself_runs(tmp_path: Path, invoke: Invoke) -> None:
     hold = ec("hold", {"match": {"clouds": ["EKS"]}, "components": {"cert-manager": {"version": "v1.17.2"}}})
     typo = ec("typo", {})
     typo["data"] = {"servingstack": {}}
     other = make_xr("GKE")
     other["metadata"]["name"] = "prod-us-1"
     xrs = write(tmp_path, "xrs.yaml", make_xr("EKS"), other)
-    out = validate("-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs)
+    out = invoke("validate", "-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs)
     # A pin equal to the generated version: the function's Warning, on the EKS ServingStack only.
     [line] = out.stdout.splitlines()
     assert line.startswith(f"warning: ServingStack prod-eu-1 ({xrs}): EnvironmentConfig hold: data.servingStack")
-    assert "the pin is redundant" in line and out.returncode == 0
-    assert validate("-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs, "--warnings-as-errors").returncode == 1
-    out = validate("-e", write(tmp_path, "typo.yaml", typo), "--xr", xrs)
-    assert out.returncode == 1
+    assert "the pin is redundant" in line and out.exit_code == 0
+    assert (
+        invoke("validate", "-e", write(tmp_path, "hold.yaml", hold), "--xr", xrs, "--warnings-as-errors").exit_code == 1
+    )
+    out = invoke("validate", "-e", write(tmp_path, "typo.yaml", typo), "--xr", xrs)
+    assert out.exit_code == 1
     assert out.stdout.splitlines() == [
         f"fatal: ServingStack {name} ({xrs}): EnvironmentConfig typo: data.servingstack: the override document "
         "goes under data.servingStack (case matters)"
@@ -89,58 +92,62 @@ def test_against_given_xrs_the_function_itself_runs(tmp_path: Path) -> None:
     ]
 
 
-def test_unselected_documents_and_required_inputs(tmp_path: Path) -> None:
+def test_unselected_documents_and_required_inputs(tmp_path: Path, invoke: Invoke) -> None:
     unlabelled = ec("unlabelled", {"priority": 1}, labels={})
-    out = validate("-e", write(tmp_path, "u.yaml", unlabelled))
-    assert out.returncode == 0
+    out = invoke("validate", "-e", write(tmp_path, "u.yaml", unlabelled))
+    assert out.exit_code == 0
     assert out.stdout == (
         "warning: EnvironmentConfig unlabelled carries data.servingStack, but the function does not select it "
         "(no label servingstack.modelplane.ai/overrides=true, nor selected or named by the function Input)\n"
     )
     near_miss = ec("near", {}, labels={})
     near_miss["data"] = {"servingstack": {}}
-    out = validate("-e", write(tmp_path, "n.yaml", near_miss))
+    out = invoke("validate", "-e", write(tmp_path, "n.yaml", near_miss))
     assert out.stdout.startswith("warning: EnvironmentConfig near carries data.servingstack, but the function does")
     step = {"apiVersion": "servingstack.fn.modelplane.ai/v1beta1", "kind": "Input", "spec": {"names": [{"name": "b"}]}}
-    out = validate("-e", write(tmp_path, "u.yaml", unlabelled), "--input", write(tmp_path, "in.yaml", step))
-    assert out.returncode == 1
+    out = invoke("validate", "-e", write(tmp_path, "u.yaml", unlabelled), "--input", write(tmp_path, "in.yaml", step))
+    assert out.exit_code == 1
     assert out.stdout.startswith("fatal: function Input: EnvironmentConfig b not found, and its policy is Required")
-    bad_input = validate("-e", str(CONFIGS), "--input", write(tmp_path, "in.yaml", {**step, "spec": {"x": 1}}))
-    assert bad_input.returncode == 1 and bad_input.stderr.count("\n") == 1
+    bad_input = invoke(
+        "validate", "-e", str(CONFIGS), "--input", write(tmp_path, "in.yaml", {**step, "spec": {"x": 1}})
+    )
+    assert bad_input.exit_code == 1 and bad_input.stderr.count("\n") == 1
     assert "function Input servingstack.fn.modelplane.ai/v1beta1: spec.x: unknown field" in bad_input.stderr
 
 
-def test_nan_or_infinity_in_a_file_is_one_readable_line(tmp_path: Path) -> None:
+def test_nan_or_infinity_in_a_file_is_one_readable_line(tmp_path: Path, invoke: Invoke) -> None:
     """YAML's .nan and .inf reach the check as the function reads them: a Fatal naming the field, no traceback."""
     for value, shown in ((float("nan"), "nan"), (float("-inf"), "-inf")):
         bad = ec("odd", {"priority": value})
         bad["data"]["other"] = float("nan")  # another function's data: not ours to judge
-        out = validate("-e", write(tmp_path, "odd.yaml", bad))
-        assert out.returncode == 1, out.stdout + out.stderr
+        out = invoke("validate", "-e", write(tmp_path, "odd.yaml", bad))
+        assert out.exit_code == 1, out.stdout + out.stderr
         assert out.stdout == (
             f"fatal: EnvironmentConfig odd: data.servingStack.priority: {shown} is not a number JSON or "
             "Kubernetes can hold\n"
         )
         assert out.stderr == "function validate: 1 documents against every generated stack: 1 fatal, 0 warnings\n"
-        out = validate("-e", write(tmp_path, "odd.yaml", bad), "--xr", "example/xr.yaml")
-        assert out.returncode == 1 and "Traceback" not in out.stderr
+        out = invoke("validate", "-e", write(tmp_path, "odd.yaml", bad), "--xr", "example/xr.yaml")
+        assert out.exit_code == 1 and "Traceback" not in out.stderr
         assert out.stdout.endswith(f"data.servingStack.priority: {shown} is not a number JSON or Kubernetes can hold\n")
 
 
-def test_an_input_registry_policy_is_checked_on_every_stack(tmp_path: Path) -> None:
+def test_an_input_registry_policy_is_checked_on_every_stack(tmp_path: Path, invoke: Invoke) -> None:
     policy = {
         "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
         "kind": "Input",
         "spec": {"registry": {"strict": True, "allowedRegistries": ["artifactory.bank.example"]}},
     }
     path = write(tmp_path, "in.yaml", policy)
-    out = validate("-e", write(tmp_path, "none.yaml", ec("unrelated", {"priority": 1}, labels={})), "--input", path)
-    assert out.returncode == 1
+    out = invoke(
+        "validate", "-e", write(tmp_path, "none.yaml", ec("unrelated", {"priority": 1}, labels={})), "--input", path
+    )
+    assert out.exit_code == 1
     lines = [line for line in out.stdout.splitlines() if line.startswith("fatal: ")]
     assert len(lines) == len(PAIRS)  # no document mirrors anything: every stack fails
     assert out.stderr.startswith(f"function validate: 1 documents against every generated stack: {len(PAIRS)} fatal")
     # The bank's documents satisfy it everywhere.
-    assert validate("-e", str(CONFIGS), "--input", path).returncode == 0
+    assert invoke("validate", "-e", str(CONFIGS), "--input", path).exit_code == 0
 
 
 def test_the_exported_schema_is_current() -> None:

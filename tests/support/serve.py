@@ -1,4 +1,7 @@
-"""The function as a real process: a gRPC server on a free loopback port, or one CLI command."""
+"""The function as a real process: a gRPC server on a free loopback port, or one CLI command.
+
+``Invoke`` is the type of the ``invoke`` fixture: the same command run in process.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from click.testing import Result
+
 from tests.support.repo import REPO
+
+Invoke = Callable[..., Result]
+"""``invoke(*args)``: the ``function`` command run in process; click's Result (exit_code, stdout, stderr)."""
 
 
 def free_port() -> int:
