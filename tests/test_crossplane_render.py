@@ -1,75 +1,28 @@
-"""The offline loop renders as ``crossplane render`` does: requests, the requirements loop, pipelines, output."""
+"""The offline loop runs the function as ``crossplane render`` does: requests, the requirements loop, pipelines."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
-from crossplane.function.runtime import BetaFunctionRunner
 
 from function.offline import (
     ANNOTATION_COMPOSITION_RESOURCE_NAME,
     CAPABILITIES,
     RenderError,
-    RenderResult,
     RunFn,
     Step,
     fetch_resources,
     run_composition,
     run_pipeline,
     run_steps,
-    servicer_runner,
 )
-from function.render_output import dump_yaml, render_documents
+from function.render_output import render_documents
 from function.tree import struct_to_dict
-from tests.support.crossplane import grpc_runner
-from tests.support.serve import serving
-from tests.support.tiny_function import TinyFunction
-
-XR: dict[str, Any] = {
-    "apiVersion": "example.org/v1alpha1",
-    "kind": "XStack",
-    "metadata": {"name": "demo", "namespace": "team-a", "uid": "0000-1111"},
-    "spec": {"cloud": "EKS"},
-}
-
-
-def _cm(name: str, namespace: str = "team-a", labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if labels:
-        meta["labels"] = labels
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
-
-
-def _node(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-
-
-REQUIRED: list[dict[str, Any]] = [
-    _cm("settings", replicas="3"),
-    _cm("settings", namespace="other", replicas="9"),
-    _cm("unrelated"),
-    _node("gpu-b", accelerator="gpu", zone="a"),
-    _node("cpu-a", accelerator="none"),
-    _node("gpu-a", accelerator="gpu"),
-    {"apiVersion": "v2", "kind": "Node", "metadata": {"name": "gpu-z", "labels": {"accelerator": "gpu"}}},
-]
-
-
-def tiny() -> RunFn:
-    return servicer_runner(TinyFunction())
-
-
-def render(mode: str = "require", **kw: Any) -> RenderResult:
-    kw.setdefault("required", REQUIRED)
-    extra_input = kw.pop("extra_input", {})
-    return asyncio.run(run_pipeline(tiny(), xr=XR, step="tiny", input={"mode": mode, **extra_input}, **kw))
+from tests.support.tiny_function import REQUIRED, XR, config_map, names, render, tiny
 
 
 def counting(run: RunFn) -> tuple[RunFn, list[fnv1.RunFunctionRequest]]:
@@ -80,14 +33,6 @@ def counting(run: RunFn) -> tuple[RunFn, list[fnv1.RunFunctionRequest]]:
         return await run(req)
 
     return wrapped, seen
-
-
-def names(resources: fnv1.Resources) -> list[tuple[str, str]]:
-    out = []
-    for item in resources.items:
-        d = struct_to_dict(item.resource)
-        out.append((d["metadata"].get("namespace", ""), d["metadata"]["name"]))
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -307,189 +252,7 @@ def test_observed_resources_are_keyed_by_annotation() -> None:
     assert struct_to_dict(sent["pool"].resource)["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z"
 
     with pytest.raises(RenderError, match=r"has no crossplane\.io/composition-resource-name annotation"):
-        render(observed=[_cm("x")])
-
-
-# --------------------------------------------------------------------------- #
-# Output documents
-# --------------------------------------------------------------------------- #
-
-EXPECTED_YAML = """\
----
-apiVersion: example.org/v1alpha1
-kind: XStack
-metadata:
-  name: demo
-  namespace: team-a
-status:
-  conditions:
-  - lastTransitionTime: "2024-01-01T00:00:00Z"
-    message: 'Unready resources: pool'
-    reason: Creating
-    status: "False"
-    type: Ready
-  - lastTransitionTime: "2024-01-01T00:00:00Z"
-    message: ok
-    reason: Rendered
-    status: "True"
-    type: StackRendered
-  gpuNodes: 2
-  replicas: 3
----
-apiVersion: v1
-data:
-  gpus: gpu-a,gpu-b
-  owner: demo
-kind: ConfigMap
-metadata:
-  annotations:
-    crossplane.io/composition-resource-name: config
-  generateName: demo-
-  labels:
-    app: tiny
-    crossplane.io/composite: demo
-  namespace: team-a
-  ownerReferences:
-  - apiVersion: example.org/v1alpha1
-    blockOwnerDeletion: true
-    controller: true
-    kind: XStack
-    name: demo
-    uid: 0000-1111
----
-apiVersion: example.org/v1
-kind: Pool
-metadata:
-  annotations:
-    crossplane.io/composition-resource-name: pool
-  generateName: demo-
-  labels:
-    crossplane.io/composite: demo
-  namespace: team-a
-  ownerReferences:
-  - apiVersion: example.org/v1alpha1
-    blockOwnerDeletion: true
-    controller: true
-    kind: XStack
-    name: demo
-    uid: 0000-1111
-spec:
-  ratio: 0.5
-  replicas: 3
----
-apiVersion: render.crossplane.io/v1beta1
-kind: Result
-message: found 2 GPU nodes
-severity: SEVERITY_NORMAL
-step: tiny
----
-apiVersion: render.crossplane.io/v1beta1
-fields:
-  example.org/tiny:
-    replicas: 3
-kind: Context
-"""
-
-
-def test_documents_order_and_shape() -> None:
-    result = render(extra_input={"namespace": "team-a"})
-    docs = render_documents(result, include_results=True, include_context=True)
-    assert [d["kind"] for d in docs] == ["XStack", "ConfigMap", "Pool", "Result", "Context"]
-    assert dump_yaml(docs) == EXPECTED_YAML
-
-    plain = render_documents(result)
-    assert [d["kind"] for d in plain] == ["XStack", "ConfigMap", "Pool"]
-    assert plain == docs[:3]
-    # Integers stay integers (the Struct carried them as doubles).
-    assert type(plain[2]["spec"]["replicas"]) is int
-    assert type(plain[0]["status"]["gpuNodes"]) is int
-
-
-def test_full_xr_adds_spec_and_metadata() -> None:
-    docs = render_documents(render(), include_full_xr=True)
-    assert docs[0]["spec"] == {"cloud": "EKS"}
-    assert docs[0]["metadata"]["uid"] == "0000-1111"
-
-
-def test_dump_is_deterministic() -> None:
-    a = dump_yaml(render_documents(render(), include_results=True, include_context=True))
-    b = dump_yaml(render_documents(render(), include_results=True, include_context=True))
-    assert a == b
-    assert a.encode() == b.encode()
-    assert "3.0" not in a
-    shared = {"k": 1.0}
-    assert dump_yaml([{"a": shared, "b": shared, "long": "x" * 300}]) == (
-        "---\na:\n  k: 1\nb:\n  k: 1\nlong: " + "x" * 300 + "\n"
-    )
-    assert dump_yaml([]) == ""
-
-
-def test_observed_name_and_namespace_are_carried_over() -> None:
-    observed = {
-        "apiVersion": "example.org/v1",
-        "kind": "Pool",
-        "metadata": {
-            "name": "demo-pool-x7k2p",
-            "namespace": "elsewhere",
-            "annotations": {ANNOTATION_COMPOSITION_RESOURCE_NAME: "pool"},
-        },
-    }
-    cluster_xr = {**XR, "metadata": {"name": "demo"}}
-    result = asyncio.run(
-        run_pipeline(tiny(), xr=cluster_xr, step="tiny", input={"mode": "require"}, observed=[observed],
-                        required=REQUIRED)
-    )  # fmt: skip
-    docs = render_documents(result)
-    pool = docs[2]["metadata"]
-    assert pool["name"] == "demo-pool-x7k2p"
-    assert pool["namespace"] == "elsewhere"  # cluster-scoped XR: namespace stays as observed
-    assert "generateName" not in pool
-    assert pool["ownerReferences"][0]["uid"] == ""
-    config = docs[1]["metadata"]
-    assert config["generateName"] == "demo-"
-    assert "namespace" not in config
-    assert "name" not in config
-    assert docs[0]["metadata"] == {"name": "demo"}
-
-
-def _result_with(ready: dict[str, int], composite_ready: int = fnv1.READY_UNSPECIFIED) -> RenderResult:
-    desired = fnv1.State()
-    desired.composite.ready = composite_ready  # type: ignore[assignment]
-    for name, r in ready.items():
-        desired.resources[name].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
-        desired.resources[name].ready = r
-    return RenderResult(xr=XR, desired=desired, results=[], context={})
-
-
-@pytest.mark.parametrize(
-    ("ready", "composite_ready", "want"),
-    [
-        ({}, fnv1.READY_UNSPECIFIED, {"status": "True", "reason": "Available"}),
-        ({"a": fnv1.READY_TRUE}, fnv1.READY_UNSPECIFIED, {"status": "True", "reason": "Available"}),
-        (
-            {"b": fnv1.READY_FALSE, "a": fnv1.READY_UNSPECIFIED, "c": fnv1.READY_TRUE},
-            fnv1.READY_UNSPECIFIED,
-            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b"},
-        ),
-        (
-            {"c": 0, "b": 0, "a": 0},
-            fnv1.READY_UNSPECIFIED,
-            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b, and c"},
-        ),
-        (
-            {"e": 0, "d": 0, "c": 0, "b": 0, "a": 0},
-            fnv1.READY_UNSPECIFIED,
-            {"status": "False", "reason": "Creating", "message": "Unready resources: a, b, c, and 2 more"},
-        ),
-        ({"a": fnv1.READY_FALSE}, fnv1.READY_TRUE, {"status": "True", "reason": "Available"}),
-        ({"a": fnv1.READY_TRUE}, fnv1.READY_FALSE, {"status": "False", "reason": "Creating"}),
-    ],
-)
-def test_xr_ready_condition(ready: dict[str, int], composite_ready: int, want: dict[str, str]) -> None:
-    xr_doc = render_documents(_result_with(ready, composite_ready))[0]
-    assert xr_doc["status"]["conditions"] == [
-        {"type": "Ready", "lastTransitionTime": "2024-01-01T00:00:00Z", **want},
-    ]
+        render(observed=[config_map("x")])
 
 
 # --------------------------------------------------------------------------- #
@@ -551,54 +314,3 @@ def test_composition_checks() -> None:
     selecting = {**XR, "spec": {"crossplane": {"compositionSelector": {"matchLabels": {"tier": "cpu"}}}}}
     with pytest.raises(RenderError, match='incorrect value for label "tier": want "cpu", got "gpu"'):
         asyncio.run(run_composition(runners, COMPOSITION, xr=selecting))
-
-
-# --------------------------------------------------------------------------- #
-# Over real gRPC
-# --------------------------------------------------------------------------- #
-
-
-@pytest.fixture
-def served_function() -> Iterator[str]:
-    with serving(["tests.support.tiny_function"]) as (target, _):
-        yield target
-
-
-def test_over_real_grpc(served_function: str) -> None:
-    run = grpc_runner(served_function, timeout=20)
-    result = asyncio.run(
-        run_pipeline(run, xr=XR, step="tiny", input={"mode": "require", "namespace": "team-a"}, required=REQUIRED)
-    )
-    assert result.calls == 2
-    docs = render_documents(result, include_results=True, include_context=True)
-    assert dump_yaml(docs) == EXPECTED_YAML
-
-    with pytest.raises(RenderError, match="returned a fatal result: the cluster is on fire"):
-        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "fatal"}))
-    with pytest.raises(RenderError, match="didn't stabilize"):
-        asyncio.run(run_pipeline(run, xr=XR, step="tiny", input={"mode": "unstable"}))
-
-
-def test_grpc_runner_falls_back_to_v1beta1() -> None:
-    """A server that only speaks v1beta1 answers v1 with UNIMPLEMENTED; the runner retries on v1beta1."""
-
-    async def scenario() -> RenderResult:
-        server = grpc.aio.server()
-        add_beta: Any = grpcv1beta1.add_FunctionRunnerServiceServicer_to_server  # untyped generated code
-        add_beta(BetaFunctionRunner(TinyFunction()), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            return await run_pipeline(
-                grpc_runner(f"127.0.0.1:{port}", timeout=20),
-                xr=XR,
-                step="tiny",
-                input={"mode": "require", "namespace": "team-a"},
-                required=REQUIRED,
-            )
-        finally:
-            await server.stop(None)
-
-    result = asyncio.run(scenario())
-    assert result.calls == 2
-    assert dump_yaml(render_documents(result, include_results=True, include_context=True)) == EXPECTED_YAML

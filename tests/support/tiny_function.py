@@ -13,17 +13,23 @@ Its behaviour is picked by ``input.mode``:
   state it received, recording what the previous step left in the context.
 
 Run as ``python -m tests.support.tiny_function --address 127.0.0.1:PORT`` it serves
-itself on insecure gRPC through the SDK runtime.
+itself on insecure gRPC through the SDK runtime. Below it, the scenario the loop
+tests render with it (:data:`XR`, :data:`REQUIRED`) and the bytes render prints
+for it (:data:`EXPECTED_YAML`).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 from crossplane.function import logging, request, resource, response, runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+
+from function.offline import RenderResult, RunFn, run_pipeline, servicer_runner
+from function.tree import struct_to_dict
 
 
 def _input(req: fnv1.RunFunctionRequest) -> dict[str, Any]:
@@ -108,6 +114,137 @@ class TinyFunction(grpcv1.FunctionRunnerServiceServicer):
             fnv1.Condition(type="StackRendered", status=fnv1.STATUS_CONDITION_TRUE, reason="Rendered", message="ok")
         )
         return rsp
+
+
+XR: dict[str, Any] = {
+    "apiVersion": "example.org/v1alpha1",
+    "kind": "XStack",
+    "metadata": {"name": "demo", "namespace": "team-a", "uid": "0000-1111"},
+    "spec": {"cloud": "EKS"},
+}
+
+
+def config_map(
+    name: str, namespace: str = "team-a", labels: dict[str, str] | None = None, **data: str
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(data)}
+
+
+def node_object(name: str, **labels: str) -> dict[str, Any]:
+    """A Node with ``labels``."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+REQUIRED: list[dict[str, Any]] = [
+    config_map("settings", replicas="3"),
+    config_map("settings", namespace="other", replicas="9"),
+    config_map("unrelated"),
+    node_object("gpu-b", accelerator="gpu", zone="a"),
+    node_object("cpu-a", accelerator="none"),
+    node_object("gpu-a", accelerator="gpu"),
+    {"apiVersion": "v2", "kind": "Node", "metadata": {"name": "gpu-z", "labels": {"accelerator": "gpu"}}},
+]
+
+
+def tiny() -> RunFn:
+    """The tiny function, called in process."""
+    return servicer_runner(TinyFunction())
+
+
+def render(mode: str = "require", **kw: Any) -> RenderResult:
+    """The tiny function rendered over :data:`XR` in ``mode``, the :data:`REQUIRED` objects supplied."""
+    kw.setdefault("required", REQUIRED)
+    extra_input = kw.pop("extra_input", {})
+    return asyncio.run(run_pipeline(tiny(), xr=XR, step="tiny", input={"mode": mode, **extra_input}, **kw))
+
+
+def names(resources: fnv1.Resources) -> list[tuple[str, str]]:
+    """(namespace, name) of each fetched object, in order."""
+    out = []
+    for item in resources.items:
+        d = struct_to_dict(item.resource)
+        out.append((d["metadata"].get("namespace", ""), d["metadata"]["name"]))
+    return out
+
+
+EXPECTED_YAML = """\
+---
+apiVersion: example.org/v1alpha1
+kind: XStack
+metadata:
+  name: demo
+  namespace: team-a
+status:
+  conditions:
+  - lastTransitionTime: "2024-01-01T00:00:00Z"
+    message: 'Unready resources: pool'
+    reason: Creating
+    status: "False"
+    type: Ready
+  - lastTransitionTime: "2024-01-01T00:00:00Z"
+    message: ok
+    reason: Rendered
+    status: "True"
+    type: StackRendered
+  gpuNodes: 2
+  replicas: 3
+---
+apiVersion: v1
+data:
+  gpus: gpu-a,gpu-b
+  owner: demo
+kind: ConfigMap
+metadata:
+  annotations:
+    crossplane.io/composition-resource-name: config
+  generateName: demo-
+  labels:
+    app: tiny
+    crossplane.io/composite: demo
+  namespace: team-a
+  ownerReferences:
+  - apiVersion: example.org/v1alpha1
+    blockOwnerDeletion: true
+    controller: true
+    kind: XStack
+    name: demo
+    uid: 0000-1111
+---
+apiVersion: example.org/v1
+kind: Pool
+metadata:
+  annotations:
+    crossplane.io/composition-resource-name: pool
+  generateName: demo-
+  labels:
+    crossplane.io/composite: demo
+  namespace: team-a
+  ownerReferences:
+  - apiVersion: example.org/v1alpha1
+    blockOwnerDeletion: true
+    controller: true
+    kind: XStack
+    name: demo
+    uid: 0000-1111
+spec:
+  ratio: 0.5
+  replicas: 3
+---
+apiVersion: render.crossplane.io/v1beta1
+kind: Result
+message: found 2 GPU nodes
+severity: SEVERITY_NORMAL
+step: tiny
+---
+apiVersion: render.crossplane.io/v1beta1
+fields:
+  example.org/tiny:
+    replicas: 3
+kind: Context
+"""
 
 
 def main() -> None:
