@@ -1,4 +1,5 @@
-"""The same request to two server processes gives the same response: byte for byte, and as a message."""
+"""The same request gives the same response: within one process, and across two server processes
+(byte for byte, and as a message)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.fn import FunctionRunner
 from function.offline import run_pipeline
+from tests.support.crossplane import run_once
 from tests.support.overrides import ec
 from tests.support.repo import EXAMPLE, load_docs
 from tests.support.serve import serving
@@ -86,3 +88,10 @@ def test_map_order_is_not_part_of_the_message() -> None:
         shuffled.desired.resources[key].CopyFrom(rsp.desired.resources[key])
     assert shuffled == rsp
     assert shuffled.SerializeToString(deterministic=True) == rsp.SerializeToString(deterministic=True)
+
+
+def test_same_request_same_bytes() -> None:
+    xr = make_xr("EKS")
+    a = run_once(xr).SerializeToString(deterministic=True)
+    b = run_once(xr).SerializeToString(deterministic=True)
+    assert a == b

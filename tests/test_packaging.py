@@ -9,13 +9,12 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from function import generated
 from function.__version__ import __version__
-from function.main import cli
 from generator import lock
 from generator.build import FACTS_DIR, REPO
+from tests.support.serve import Invoke
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +64,9 @@ def test_license_is_the_apache_2_text() -> None:
     assert "END OF TERMS AND CONDITIONS" in text
 
 
-def test_version_names_function_generator_and_aicr_release() -> None:
+def test_version_names_function_generator_and_aicr_release(invoke: Invoke) -> None:
     locked = lock.read(FACTS_DIR)
-    result = CliRunner().invoke(cli, ["--version"])
+    result = invoke("--version")
     assert result.exit_code == 0
     assert result.output.splitlines() == [
         f"function {__version__}",

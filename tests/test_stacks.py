@@ -19,7 +19,7 @@ from function.values import drop_nulls
 from generator.stackfile import NameFacts
 from tests.support.charts import CHARTS, FACTS, inventory
 from tests.support.crossplane import desired, render
-from tests.support.overrides import ec, fatal, mirror_all
+from tests.support.overrides import PAIRS, ec, fatal, mirror_all
 from tests.support.xr import make_xr
 
 NVIDIA_CLOUDS = sorted(c for c, a in STACKS if a == "NVIDIA")
@@ -262,3 +262,57 @@ def test_name_facts_match_the_chart_inventory(chart: str) -> None:
         assert (sub.chart, sub.trunc) == (own["chart"], own["fullname"]["trunc"]) and own["fullname"][
             "releaseContainsName"
         ]
+
+
+def test_every_cloud_of_the_spec_has_an_nvidia_stack() -> None:
+    assert sorted(NVIDIA_CLOUDS) == sorted(["EKS", "GKE", "AKS", "Nebius", "Vultr", "Existing"])
+    assert ("Vultr", "AMD") in PAIRS
+    assert ("Existing", "AMD") in PAIRS
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
+def test_releases_keep_the_helm_release_names_clusters_run(cloud: str, accelerator: str) -> None:
+    got = desired(render(make_xr(cloud, accelerator)))
+    releases = {k: v for k, v in got.items() if v["kind"] == "Release"}
+    assert releases
+    for key, release in releases.items():
+        external = release["metadata"]["annotations"]["crossplane.io/external-name"]
+        chart = release["spec"]["forProvider"]["chart"]["name"]
+        expected = "mp-dra-driver-nvidia-gpu" if key == "dra-driver" else f"mp-{chart}"
+        assert external == expected
+        assert release["metadata"]["labels"] == {"modelplane.ai/resource": key, "modelplane.ai/usage-consumer": key}
+        assert release["spec"]["providerConfigRef"] == {"kind": "ProviderConfig", "name": "prod-eu-1-cluster-b51a9"}
+
+
+def test_prometheus_keeps_the_address_the_platform_uses() -> None:
+    values = desired(render(make_xr("GKE")))["prometheus"]["spec"]["forProvider"]["values"]
+    assert values["fullnameOverride"] == "prometheus"
+    spec = values["prometheus"]["prometheusSpec"]
+    assert spec["podMonitorSelectorNilUsesHelmValues"] is False
+    assert spec["additionalScrapeConfigs"][0]["job_name"] == "envoy-gateway-proxy"
+    # AICR's GKE overlay value survives underneath the platform layer ...
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "standard-rwo"
+    # ... including the explicit null that deletes the chart's emptyDir default.
+    assert "emptyDir" in spec["storageSpec"]
+    assert spec["storageSpec"]["emptyDir"] is None
+
+
+@pytest.mark.parametrize(
+    ("cloud", "root"),
+    [("GKE", "/home/kubernetes/bin/nvidia"), ("EKS", "/"), ("AKS", "/"), ("Existing", "/run/nvidia/driver")],
+)
+def test_dra_driver_finds_the_driver_where_the_stack_puts_it(cloud: str, root: str) -> None:
+    release = desired(render(make_xr(cloud)))["dra-driver"]
+    assert release["spec"]["forProvider"]["values"]["nvidiaDriverRoot"] == root
+    # ... and its kubelet plugin runs on the tainted GPU nodes.
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release["spec"]["forProvider"][
+        "values"
+    ]["kubeletPlugin"]["tolerations"]
+    assert release["spec"]["forProvider"]["namespace"] == "dra-driver-nvidia-gpu"
+
+
+@pytest.mark.parametrize("cloud", ["EKS", "GKE", "AKS", "Nebius", "Vultr"])
+def test_gpu_operator_leaves_node_image_drivers_alone(cloud: str) -> None:
+    values = desired(render(make_xr(cloud)))["gpu-operator"]["spec"]["forProvider"]["values"]
+    assert values["driver"]["enabled"] is False
+    assert values["nfd"]["enabled"] is False  # the platform's own NFD release serves

@@ -1,4 +1,4 @@
-"""The override layer over real gRPC, against the CRDs, with the shipped examples and the explain CLI."""
+"""The override layer over real gRPC and against the CRDs, with the shipped examples."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import copy
 from typing import Any
 
 import pytest
-import yaml
 
 from function.offline import RenderResult, run_pipeline
 from function.render_output import render_documents
@@ -15,7 +14,6 @@ from tests.support import k8s_schema
 from tests.support.crossplane import desired, grpc_runner, render
 from tests.support.overrides import INPUT_CRD, PAIRS, ec, overridden, stack_status
 from tests.support.repo import EXAMPLE, load_docs
-from tests.support.serve import Invoke
 from tests.support.xr import make_xr, provider_configs
 
 EXAMPLES = load_docs(EXAMPLE / "environmentconfigs")
@@ -110,54 +108,6 @@ def test_example_input_crd_accepts_the_inputs_the_function_accepts() -> None:
     good["spec"]["selectors"][0]["policy"] = "Optional"
     result = overridden(make_xr("GKE"), ec("bank", {}, labels={}), input=good)
     assert stack_status(result)["environmentConfigs"] == ["bank"]
-
-
-def test_cli_explain_names_the_source_of_every_field(invoke: Invoke) -> None:
-    out = invoke("explain", "example/xr.yaml", "-e", "example/environmentconfigs/")
-    assert out.exit_code == 0, out.stderr
-    text = out.stdout
-    assert "EnvironmentConfigs applied, in order: regulated-bank, prod-hold" in text
-    assert "cert-manager: Release, Managed, from aicr:cert-manager; changed by regulated-bank, prod-hold" in text
-    section = text.split("\ncert-manager: ", 1)[1].split("\n\n", 1)[0]
-    lines = {line.split()[0]: line for line in section.splitlines() if line.startswith("  ")}
-    assert lines["chart.version"].endswith("[prod-hold]")
-    assert "[generated]" in lines["values.crds.keep"]
-    changed = invoke("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "--only-changed").stdout
-    assert "[generated]" not in changed and "gateway-namespace" not in changed
-
-
-def test_cli_explain_yaml_and_errors(invoke: Invoke) -> None:
-    out = invoke("explain", "example/xr.yaml", "-e", "example/environmentconfigs/", "-O", "yaml")
-    data = yaml.safe_load(out.stdout)
-    assert data["environmentConfigs"] == ["regulated-bank", "prod-hold"]
-    cm = next(c for c in data["components"] if c["name"] == "cert-manager")
-    assert {"path": "chart.version", "value": "v1.17.1", "from": "prod-hold"} in cm["fields"]
-    plain = yaml.safe_load(invoke("explain", "example/xr.yaml", "-O", "yaml").stdout)
-    assert plain["environmentConfigs"] == [] and all(
-        f["from"] == "generated" for c in plain["components"] for f in c["fields"]
-    )
-
-
-def test_cli_explain_of_a_bad_document_fails_in_one_line(tmp_path: Any, invoke: Invoke) -> None:
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(ec("bad", {"components": {"nope": {}}})))
-    out = invoke("explain", "example/xr.yaml", "-e", str(bad))
-    assert out.exit_code == 1
-    assert out.stderr.count("\n") == 1 and "EnvironmentConfig bad: data.servingStack.components.nope" in out.stderr
-
-
-def test_cli_render_takes_environment_config_files(invoke: Invoke) -> None:
-    out = invoke("render", "example/xr.yaml", "-o", "example/observed/", "-e", "example/environmentconfigs/", "-r")
-    assert out.exit_code == 0, out.stderr
-    docs = list(yaml.safe_load_all(out.stdout))
-    release = next(
-        d
-        for d in docs
-        if d.get("kind") == "Release"
-        and d["metadata"]["annotations"].get("crossplane.io/composition-resource-name") == "cert-manager"
-    )
-    assert release["metadata"]["annotations"]["servingstack.modelplane.ai/overridden-by"] == "regulated-bank,prod-hold"
-    assert any(d.get("kind") == "Result" and "EnvironmentConfigs applied" in d["message"] for d in docs)
 
 
 def test_without_overrides_the_rendered_output_is_unchanged_by_the_layer() -> None:

@@ -1,4 +1,4 @@
-"""End to end: the real server in a subprocess, driven over gRPC as crossplane render does."""
+"""The served function: the real server driven over gRPC as crossplane render does, and the CLI around it."""
 
 from __future__ import annotations
 

@@ -1,29 +1,16 @@
-"""Rendering of every generated stack, as Crossplane sees it."""
+"""What the function composes for a ServingStack, as Crossplane sees it: stable keys, ProviderConfigs and their
+Usages, the Gateway, readiness and the XR status."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any
 
 import pytest
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import stack
 from function.__version__ import __version__
-from function.fn import FunctionRunner
-from function.offline import RenderError
 from tests.support.crossplane import desired, render, run_once
+from tests.support.overrides import PAIRS
 from tests.support.xr import make_xr, observed_as, provider_configs
-
-PAIRS = stack.available()
-NVIDIA_CLOUDS = [c for c, a in PAIRS if a == "NVIDIA"]
-
-
-def test_every_cloud_of_the_spec_has_an_nvidia_stack() -> None:
-    assert sorted(NVIDIA_CLOUDS) == sorted(["EKS", "GKE", "AKS", "Nebius", "Vultr", "Existing"])
-    assert ("Vultr", "AMD") in PAIRS
-    assert ("Existing", "AMD") in PAIRS
 
 
 @pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
@@ -56,54 +43,6 @@ def test_stack_renders_platform_components_with_stable_keys(cloud: str, accelera
     else:
         assert "dra-driver" not in got
         assert {"amd-gpu-operator"} <= set(got)
-
-
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
-def test_releases_keep_the_helm_release_names_clusters_run(cloud: str, accelerator: str) -> None:
-    got = desired(render(make_xr(cloud, accelerator)))
-    releases = {k: v for k, v in got.items() if v["kind"] == "Release"}
-    assert releases
-    for key, release in releases.items():
-        external = release["metadata"]["annotations"]["crossplane.io/external-name"]
-        chart = release["spec"]["forProvider"]["chart"]["name"]
-        expected = "mp-dra-driver-nvidia-gpu" if key == "dra-driver" else f"mp-{chart}"
-        assert external == expected
-        assert release["metadata"]["labels"] == {"modelplane.ai/resource": key, "modelplane.ai/usage-consumer": key}
-        assert release["spec"]["providerConfigRef"] == {"kind": "ProviderConfig", "name": "prod-eu-1-cluster-b51a9"}
-
-
-def test_prometheus_keeps_the_address_the_platform_uses() -> None:
-    values = desired(render(make_xr("GKE")))["prometheus"]["spec"]["forProvider"]["values"]
-    assert values["fullnameOverride"] == "prometheus"
-    spec = values["prometheus"]["prometheusSpec"]
-    assert spec["podMonitorSelectorNilUsesHelmValues"] is False
-    assert spec["additionalScrapeConfigs"][0]["job_name"] == "envoy-gateway-proxy"
-    # AICR's GKE overlay value survives underneath the platform layer ...
-    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"] == "standard-rwo"
-    # ... including the explicit null that deletes the chart's emptyDir default.
-    assert "emptyDir" in spec["storageSpec"]
-    assert spec["storageSpec"]["emptyDir"] is None
-
-
-@pytest.mark.parametrize(
-    ("cloud", "root"),
-    [("GKE", "/home/kubernetes/bin/nvidia"), ("EKS", "/"), ("AKS", "/"), ("Existing", "/run/nvidia/driver")],
-)
-def test_dra_driver_finds_the_driver_where_the_stack_puts_it(cloud: str, root: str) -> None:
-    release = desired(render(make_xr(cloud)))["dra-driver"]
-    assert release["spec"]["forProvider"]["values"]["nvidiaDriverRoot"] == root
-    # ... and its kubelet plugin runs on the tainted GPU nodes.
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in release["spec"]["forProvider"][
-        "values"
-    ]["kubeletPlugin"]["tolerations"]
-    assert release["spec"]["forProvider"]["namespace"] == "dra-driver-nvidia-gpu"
-
-
-@pytest.mark.parametrize("cloud", ["EKS", "GKE", "AKS", "Nebius", "Vultr"])
-def test_gpu_operator_leaves_node_image_drivers_alone(cloud: str) -> None:
-    values = desired(render(make_xr(cloud)))["gpu-operator"]["spec"]["forProvider"]["values"]
-    assert values["driver"]["enabled"] is False
-    assert values["nfd"]["enabled"] is False  # the platform's own NFD release serves
 
 
 def test_first_reconcile_composes_only_provider_configs() -> None:
@@ -212,49 +151,3 @@ def test_gateway_address_and_stack_status() -> None:
     assert components["gpu-operator"]["version"] == "v25.10.1"
     assert components["gpu-operator"]["source"] == "aicr:gpu-operator"
     assert components["gateway"]["state"] == "Managed"
-
-
-def test_same_request_same_bytes() -> None:
-    xr = make_xr("EKS")
-    a = run_once(xr).SerializeToString(deterministic=True)
-    b = run_once(xr).SerializeToString(deterministic=True)
-    assert a == b
-
-
-def _fatal(xr: dict[str, Any]) -> str:
-    with pytest.raises(RenderError) as err:
-        render(xr)
-    return str(err.value)
-
-
-def test_unknown_cloud_is_fatal_and_names_the_field() -> None:
-    message = _fatal(make_xr("DigitalOcean"))
-    assert "ServingStack team-ml/prod-eu-1: spec.cloud" in message
-    assert "'DigitalOcean'" in message
-
-
-def test_amd_on_a_cloud_without_an_amd_stack_names_the_pairs_that_exist() -> None:
-    message = _fatal(make_xr("EKS", "AMD"))
-    assert "spec.accelerator: no AMD stack for cloud EKS" in message
-    assert "Vultr/AMD" in message and "Existing/AMD" in message
-
-
-def test_missing_kubeconfig_is_fatal() -> None:
-    xr = make_xr("GKE", secrets=[{"type": "GoogleApplicationCredentials", "name": "g", "key": "k"}])
-    assert "spec.secrets: a secret of type Kubeconfig is required" in _fatal(xr)
-
-
-def test_wrong_types_and_unknown_fields_are_fatal() -> None:
-    xr = make_xr("GKE", gateway={"listeners": [{"name": "http", "port": "eighty"}]})
-    assert "spec.gateway.listeners[0].port" in _fatal(xr)
-    xr = make_xr("GKE", version="1.2")
-    assert "spec.version: unknown field" in _fatal(xr)
-
-
-def test_bad_input_produces_no_desired_resources() -> None:
-    req = fnv1.RunFunctionRequest(
-        observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(make_xr("Nowhere"))))
-    )
-    rsp = asyncio.run(FunctionRunner().RunFunction(req))
-    assert [r.severity for r in rsp.results] == [fnv1.SEVERITY_FATAL]
-    assert len(rsp.desired.resources) == 0
