@@ -1,4 +1,4 @@
-"""Tests for tests/k8s_schema.py: the validator must catch real mistakes and accept real objects."""
+"""The tests' schema validator (tests/support/k8s_schema.py): it must catch real mistakes and accept real objects."""
 
 from __future__ import annotations
 

@@ -14,12 +14,13 @@ resource on create, as far as the CRD's structural schema tells:
   ``nullable``, ``x-kubernetes-list-type`` set/map uniqueness, the int32/int64/
   date-time/byte formats and the CEL rules (``x-kubernetes-validations``) these
   CRDs contain (transition rules using ``oldSelf`` are skipped; a rule not in
-  :data:`CEL_RULES` is recorded in ``CRDIndex.unchecked_rules`` and not checked);
+  ``tests.support.cel_rules.CEL_RULES`` is recorded in ``CRDIndex.unchecked_rules``
+  and not checked);
 * a field a schema node does not declare, where that node does not preserve
   unknown fields, is an error: the API server would prune it silently (or warn
   under strict field validation) and the setting would be lost;
 * a ``null`` for a field that is not ``nullable`` and has no default is an error;
-* ``metadata`` is checked as an ObjectMeta: known fields only, name or
+* ``metadata`` is checked as an ObjectMeta (:mod:`tests.support.object_meta`): known fields only, name or
   generateName (DNS subdomain), namespace (DNS label), label keys and values,
   annotation keys, ownerReferences (``uid`` may be empty: ``crossplane render``
   leaves it empty when the XR has none). A cluster-scoped kind must not carry
@@ -43,7 +44,7 @@ import datetime as dt
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,11 @@ import yaml
 from jsonschema import Draft202012Validator, FormatChecker, validators  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped, unused-ignore]
 
+from tests.support.cel_rules import cel_rule, unchecked_rules
+from tests.support.object_meta import OBJECT_META_SCHEMA, meta_errors
 from tests.support.repo import REPO
 
 __all__ = [
-    "CEL_RULES",
     "CRDIndex",
     "CRDVersion",
     "covered",
@@ -102,206 +104,6 @@ class CRDVersion:
     @property
     def namespaced(self) -> bool:
         return self.scope == "Namespaced"
-
-
-# --------------------------------------------------------------------------- #
-# ObjectMeta
-# --------------------------------------------------------------------------- #
-
-_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-OBJECT_META_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string"},
-        "generateName": {"type": "string"},
-        "namespace": {"type": "string"},
-        "selfLink": {"type": "string"},
-        "uid": {"type": "string"},
-        "resourceVersion": {"type": "string"},
-        "generation": {"type": "integer"},
-        "creationTimestamp": {"type": ["string", "null"]},
-        "deletionTimestamp": {"type": ["string", "null"]},
-        "deletionGracePeriodSeconds": {"type": "integer"},
-        "labels": _STRING_MAP,
-        "annotations": _STRING_MAP,
-        "ownerReferences": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["apiVersion", "kind", "name", "uid"],
-                "properties": {
-                    "apiVersion": {"type": "string", "minLength": 1},
-                    "kind": {"type": "string", "minLength": 1},
-                    "name": {"type": "string", "minLength": 1},
-                    "uid": {"type": "string"},
-                    "controller": {"type": "boolean"},
-                    "blockOwnerDeletion": {"type": "boolean"},
-                },
-            },
-        },
-        "finalizers": {"type": "array", "items": {"type": "string"}},
-        "managedFields": {"type": "array", "items": {"type": "object"}},
-    },
-}
-
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_RE = re.compile(rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$")
-_DNS1123_LABEL_RE = re.compile(rf"^{_DNS1123_LABEL}$")
-_QUALIFIED_NAME_RE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_TOTAL_ANNOTATION_SIZE = 256 * 1024
-
-
-def _subdomain_errors(value: str) -> list[str]:
-    errs = []
-    if len(value) > 253:
-        errs.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN_RE.match(value):
-        errs.append(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-            "and must start and end with an alphanumeric character"
-        )
-    return errs
-
-
-def _qualified_name_errors(key: str) -> list[str]:
-    errs = []
-    prefix, _, name = key.rpartition("/")
-    if "/" in key and not prefix:
-        errs.append("prefix part must be non-empty")
-    if prefix:
-        errs += [f"prefix part {e}" for e in _subdomain_errors(prefix)]
-    if not name:
-        errs.append("name part must be non-empty")
-    elif len(name) > 63:
-        errs.append("name part must be no more than 63 characters")
-    elif not _QUALIFIED_NAME_RE.match(name):
-        errs.append(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
-            "an alphanumeric character"
-        )
-    return errs
-
-
-def _meta_errors(meta: Any, *, require_name: bool, namespaced: bool | None) -> list[str]:
-    """Semantic ObjectMeta checks (types and unknown fields are checked by the schema)."""
-    if not isinstance(meta, Mapping):
-        return ["metadata: Required value"] if require_name else []
-    errs: list[str] = []
-    name, generate = meta.get("name"), meta.get("generateName")
-    if require_name and not name and not generate:
-        errs.append("metadata.name: Required value: name or generateName is required")
-    if isinstance(name, str) and name:
-        errs += [f"metadata.name: Invalid value: {name!r}: {e}" for e in _subdomain_errors(name)]
-    if isinstance(generate, str) and generate:
-        masked = generate[:-1] + "a" if generate.endswith("-") else generate
-        errs += [f"metadata.generateName: Invalid value: {generate!r}: {e}" for e in _subdomain_errors(masked)]
-    ns = meta.get("namespace")
-    if isinstance(ns, str) and ns:
-        if namespaced is False:
-            errs.append(
-                f"metadata.namespace: Invalid value: {ns!r}: the kind is cluster-scoped (the API server would drop "
-                "the namespace; a namespaced XR cannot compose cluster-scoped resources)"
-            )
-        elif len(ns) > 63 or not _DNS1123_LABEL_RE.match(ns):
-            errs.append(f"metadata.namespace: Invalid value: {ns!r}: must be a lowercase RFC 1123 label")
-    labels = meta.get("labels")
-    if isinstance(labels, Mapping):
-        for k, v in labels.items():
-            errs += [f"metadata.labels: Invalid value: {k!r}: {e}" for e in _qualified_name_errors(str(k))]
-            if isinstance(v, str) and (len(v) > 63 or not _LABEL_VALUE_RE.match(v)):
-                errs.append(
-                    f"metadata.labels: Invalid value: {v!r}: a valid label value must be 63 characters or less, "
-                    "empty or consist of alphanumeric characters, '-', '_' or '.', starting and ending with an "
-                    "alphanumeric character"
-                )
-    annotations = meta.get("annotations")
-    if isinstance(annotations, Mapping):
-        size = 0
-        for k, v in annotations.items():
-            errs += [f"metadata.annotations: Invalid value: {k!r}: {e}" for e in _qualified_name_errors(str(k))]
-            size += len(str(k)) + len(str(v))
-        if size > _TOTAL_ANNOTATION_SIZE:
-            errs.append(f"metadata.annotations: Too long: must have at most {_TOTAL_ANNOTATION_SIZE} bytes")
-    refs = meta.get("ownerReferences")
-    if isinstance(refs, list):
-        controllers = [r for r in refs if isinstance(r, Mapping) and r.get("controller") is True]
-        if len(controllers) > 1:
-            errs.append("metadata.ownerReferences: Invalid value: only one reference can have Controller set to true")
-    return errs
-
-
-# --------------------------------------------------------------------------- #
-# CEL rules found in these CRDs, as Python
-# --------------------------------------------------------------------------- #
-
-
-def _lower_ascii(s: str) -> str:
-    return "".join(c.lower() if "A" <= c <= "Z" else c for c in s)
-
-
-def _of_is_local(s: Mapping[str, Any]) -> bool:
-    of = s["of"]
-    ref_ok = "resourceRef" not in of or "namespace" not in of["resourceRef"]
-    sel_ok = "resourceSelector" not in of or "namespace" not in of["resourceSelector"]
-    return ref_ok and sel_ok
-
-
-CEL_RULES: dict[str, Callable[[Any], bool]] = {
-    # provider-kubernetes Object spec.readiness
-    "self.policy != 'DeriveFromCelQuery' || (self.policy == 'DeriveFromCelQuery' && size(self.celQuery) > 0)": (
-        lambda s: s["policy"] != "DeriveFromCelQuery" or len(s["celQuery"]) > 0
-    ),
-    # NVIDIADriver spec
-    "has(self.default) && self.default ? !has(self.nodeSelector) || size(self.nodeSelector) == 0 : true": (
-        lambda s: ("nodeSelector" not in s or len(s["nodeSelector"]) == 0) if s.get("default") is True else True
-    ),
-    # Usage / ClusterUsage
-    "has(self.by) || has(self.reason)": lambda s: "by" in s or "reason" in s,
-    "has(self.resourceRef) || has(self.resourceSelector)": lambda s: "resourceRef" in s or "resourceSelector" in s,
-    (
-        "has(self.by) || (!has(self.of.resourceRef) || !has(self.of.resourceRef.__namespace__)) && "
-        "(!has(self.of.resourceSelector) || !has(self.of.resourceSelector.__namespace__))"
-    ): lambda s: "by" in s or _of_is_local(s),
-    # Gateway API Inference Extension InferencePool endpointPickerRef
-    "self.kind != 'Service' || has(self.port)": lambda s: s["kind"] != "Service" or "port" in s,
-    # Composition
-    "self.mode == 'Pipeline' && has(self.pipeline)": lambda s: s["mode"] == "Pipeline" and "pipeline" in s,
-    "self.source == 'Secret' && has(self.secretRef)": lambda s: s["source"] == "Secret" and "secretRef" in s,
-    "!(has(self.name) && has(self.matchLabels))": lambda s: not ("name" in s and "matchLabels" in s),
-    # ImageConfig
-    "size(self) > 0": lambda s: len(s) > 0,
-    # CompositeResourceDefinition
-    "self.scope == 'LegacyCluster' || !has(self.claimNames)": lambda s: (
-        s["scope"] == "LegacyCluster" or "claimNames" not in s
-    ),
-    "self.scope == 'LegacyCluster' || !has(self.connectionSecretKeys)": lambda s: (
-        s["scope"] == "LegacyCluster" or "connectionSecretKeys" not in s
-    ),
-    "!has(self.claimNames)": lambda s: "claimNames" not in s,
-    "!has(self.connectionSecretKeys)": lambda s: "connectionSecretKeys" not in s,
-    "self.plural == self.plural.lowerAscii()": lambda s: s["plural"] == _lower_ascii(s["plural"]),
-    "!has(self.singular) || self.singular == self.singular.lowerAscii()": lambda s: (
-        "singular" not in s or s["singular"] == _lower_ascii(s["singular"])
-    ),
-    "self.strategy == 'Webhook' && has(self.webhook)": lambda s: s["strategy"] == "Webhook" and "webhook" in s,
-}
-"""CEL rules (verbatim) that the validator evaluates; ``self.matches('<re>')`` is handled generically."""
-
-_MATCHES_RE = re.compile(r"^self\.matches\('((?:[^'\\]|\\.)*)'\)$")
-
-
-def _cel_rule(expr: str) -> Callable[[Any], bool] | None:
-    fn = CEL_RULES.get(expr)
-    if fn is not None:
-        return fn
-    m = _MATCHES_RE.match(expr)
-    if m:
-        pattern = re.compile(m.group(1).replace("\\\\", "\\"))
-        return lambda s: isinstance(s, str) and pattern.search(s) is not None
-    return None
 
 
 # --------------------------------------------------------------------------- #
@@ -430,7 +232,7 @@ def _kw_cel(_validator: Any, rules: Any, instance: Any, _schema: Mapping[str, An
         message = str(rule.get("message") or f"failed rule: {expr}")
         if "oldSelf" in expr:
             continue  # transition rule: only meaningful on update
-        fn = _cel_rule(expr)
+        fn = cel_rule(expr)
         if fn is None:
             continue  # listed in CRDIndex.unchecked_rules
         try:
@@ -475,7 +277,7 @@ def _kw_embedded_metadata(
     _validator: Any, enabled: Any, instance: Any, _schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
     if enabled and isinstance(instance, Mapping) and "metadata" in instance:
-        for err in _meta_errors(instance["metadata"], require_name=False, namespaced=None):
+        for err in meta_errors(instance["metadata"], require_name=False, namespaced=None):
             yield ValidationError(err)
 
 
@@ -603,22 +405,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _unchecked_rules(node: Any) -> set[str]:
-    """CEL rules in a schema that the validator cannot evaluate (transition rules excluded)."""
-    out: set[str] = set()
-    if isinstance(node, Mapping):
-        for rule in node.get("x-kubernetes-validations") or []:
-            expr = str(rule.get("rule", ""))
-            if "oldSelf" not in expr and _cel_rule(expr) is None:
-                out.add(expr)
-        for value in node.values():
-            out |= _unchecked_rules(value)
-    elif isinstance(node, list):
-        for value in node:
-            out |= _unchecked_rules(value)
-    return out
-
-
 class CRDIndex:
     """CRDs indexed by ``(apiVersion, kind)``.
 
@@ -657,7 +443,7 @@ class CRDIndex:
                         source=path,
                     )
                     self.versions[(crd.api_version, crd.kind)] = crd
-                    self.unchecked_rules |= _unchecked_rules(schema)
+                    self.unchecked_rules |= unchecked_rules(schema)
                     found = True
         if found:
             self.sources.append(path)
@@ -695,7 +481,7 @@ class CRDIndex:
         errors: list[str] = []
         for err in self._validator(crd).iter_errors(inst):
             errors += _format_error(err)
-        errors += _meta_errors(inst.get("metadata"), require_name=True, namespaced=crd.namespaced)
+        errors += meta_errors(inst.get("metadata"), require_name=True, namespaced=crd.namespaced)
 
         if crd.group in _OBJECT_GROUPS and crd.kind == "Object":
             manifest = ((inst.get("spec") or {}).get("forProvider") or {}).get("manifest")
