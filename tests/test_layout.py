@@ -1,0 +1,63 @@
+"""The product apart from its test rig: who may import whom, where test helpers live, how long a module may grow."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.repo import REPO
+
+TESTS = REPO / "tests"
+# A module past this many lines holds more than one job: split it by job.
+MAX_LINES = 600
+
+
+def _imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports, at the top or inside a function; ``from x import y`` gives x and x.y.
+
+    A relative import comes out with its leading dots (``.collect``): it stays in its own package.
+    """
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = "." * node.level + (node.module or "")
+            yield module
+            yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def _modules(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (REPO / folder).rglob("*.py") if "generated" not in p.parts)
+
+
+def test_test_helpers_live_in_tests_support() -> None:
+    top = {p.name for p in TESTS.glob("*.py")}
+    assert {n for n in top if not n.startswith("test_")} == {"__init__.py", "conftest.py"}
+
+
+@pytest.mark.parametrize("path", _modules("tests"), ids=lambda p: str(p.relative_to(TESTS)))
+def test_no_test_module_imports_another(path: Path) -> None:
+    """Shared code is in tests/support/ and fixtures in conftest.py; nothing imports a test module or conftest."""
+    for name in _imports(path):
+        assert not name.startswith("."), f"{path.relative_to(REPO)}: relative import {name}"
+        if name == "tests" or name.startswith("tests."):
+            assert name.startswith("tests.support"), f"{path.relative_to(REPO)} imports {name}"
+
+
+@pytest.mark.parametrize("folder", ["function", "generator", "upgrading"])
+def test_the_product_imports_nothing_from_the_test_rig_or_the_bench(folder: str) -> None:
+    for path in _modules(folder):
+        wrong = [n for n in _imports(path) if n.split(".")[0] in {"tests", "bench"}]
+        assert wrong == [], f"{path.relative_to(REPO)} imports {wrong}"
+
+
+def test_no_module_of_the_function_or_its_tests_is_over_600_lines() -> None:
+    long = {
+        str(p.relative_to(REPO)): n
+        for p in _modules("function", "tests")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
