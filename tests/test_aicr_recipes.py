@@ -17,7 +17,7 @@ from generator import gotemplate
 from generator.aicr import RecipeData, load, resolve
 from generator.aicr_recipes import Component, Query, Recipe
 from generator.aicr_yaml import AicrError
-from tests.support.repo import reference_source
+from tests.support.parity import reference_source
 
 EKS = Query(service="eks", accelerator="h100", os="ubuntu", intent="inference")
 EKS_DYNAMO = Query(service="eks", accelerator="h100", os="ubuntu", intent="inference", platform="dynamo")

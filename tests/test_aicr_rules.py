@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from generator import gotemplate
-from generator.aicr import AicrError, Query, RecipeData, load, resolve
+from generator.aicr import RecipeData, load, resolve
+from generator.aicr_recipes import Query
+from generator.aicr_yaml import AicrError
 
 REGISTRY = """
 kind: ComponentRegistry

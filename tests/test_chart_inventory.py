@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from generator import chart_inventory as ci
-from tests.support.repo import REPO, reference_source
+from tests.support.parity import reference_source
+from tests.support.repo import REPO
 
 FACTS = REPO / "facts" / "charts"
 

@@ -18,7 +18,7 @@ import yaml
 from generator import lock, refresh
 from generator.build import FACTS_DIR, REPO
 from generator.stackfile import AicrQuery, StackFileError
-from tests.support.repo import reference_source
+from tests.support.parity import reference_source
 
 
 def _collect() -> dict[str, bytes]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,3 +64,15 @@ def test_no_module_of_the_function_or_its_tests_is_over_600_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_the_bench_and_the_test_rig_it_uses_need_no_dev_toolchain() -> None:
+    """``./dev bench`` and ``./dev soak`` install the runtime only: bench/ and what it takes from tests/support/."""
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    # A requirement's import name: "types-PyYAML" and "pre-commit" are no imports; the rest import as named.
+    blocked = sorted({r.split("=")[0].strip().lower() for r in dev} - {"types-pyyaml", "pre-commit"})
+    code = (
+        f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\nimport bench.benchmark, bench.load, bench.soak"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
