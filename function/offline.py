@@ -95,6 +95,7 @@ class RenderResult:
 
 
 def metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """An object's metadata; empty when it has none (so are its name, namespace and labels below)."""
     m = obj.get("metadata")
     return m if isinstance(m, Mapping) else {}
 
@@ -127,7 +128,7 @@ def _copy(message: _M) -> _M:
 # --------------------------------------------------------------------------- #
 
 
-def observed_bymeta_name(observed: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def observed_by_name(observed: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Key observed composed resources by their composition-resource-name annotation.
 
     An object without the annotation raises :class:`RenderError` (render would
@@ -272,7 +273,7 @@ async def run_steps(
     """
     xr_doc: dict[str, Any] = to_jsonable(xr)
     required_docs = [to_jsonable(o) for o in required]
-    result = RenderResult(xr=xr_doc, desired=fnv1.State(), observed=observed_bymeta_name(observed))
+    result = RenderResult(xr=xr_doc, desired=fnv1.State(), observed=observed_by_name(observed))
     observed_state = fnv1.State()
     observed_state.composite.resource.CopyFrom(to_struct(xr_doc))
     for name, obj in result.observed.items():
