@@ -32,7 +32,7 @@ from tests.support.repo import EXAMPLE, load_docs
 from tests.support.requests import ANNOTATION, assert_readable, call, request, run
 from tests.support.xr import make_xr, provider_configs
 
-# gRPC cases per profile (the in-process counts are the profiles' max_examples, tests/conftest.py).
+# gRPC cases per profile (the in-process counts are the profiles' max_examples, tests/support/profiles.py).
 OVER_GRPC = {"ci": 15, "long": 300}[PROFILE]
 
 OUTCOMES: Counter[str] = Counter()
