@@ -28,7 +28,7 @@ from function.fn import FunctionRunner
 from function.main import cli
 from function.model import Accelerator, Cloud, ServingStack
 from function.offline import RenderError, RenderResult
-from function.overrides.collect import parse_environment_config
+from function.overrides.collect import INPUT_API_VERSION, parse_environment_config
 from function.overrides.document import Document
 from function.render_output import render_documents
 from function.stack import Stack
@@ -120,6 +120,7 @@ def render(
     result = offline.render(
         FunctionRunner(transforms=transforms),
         xr,
+        input_api_version=INPUT_API_VERSION,
         composition=composition,
         input=input,
         observed=observed,

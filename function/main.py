@@ -22,6 +22,7 @@ from function.model import Accelerator, Cloud
 from function.offline import RenderError, fetch_resources
 from function.overrides import explain as explaining  # the module; `explain` is the command
 from function.overrides import pulls
+from function.overrides.collect import INPUT_API_VERSION
 from function.render_output import dump_yaml, render_documents
 from function.stack import select_stack
 from function.tree import to_jsonable
@@ -236,6 +237,7 @@ def render(
         result = offline.render(
             _runner(ctx),
             xr,
+            input_api_version=INPUT_API_VERSION,
             composition=read_one(composition_file, "Composition"),
             input=read_one(input_file, "Input"),
             observed=read_documents(observed),

@@ -32,7 +32,6 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from google.protobuf.message import Message
 
-from function.overrides.collect import INPUT_API_VERSION
 from function.tree import struct_to_dict, to_jsonable, to_struct
 
 RunFn = Callable[[fnv1.RunFunctionRequest], Awaitable[fnv1.RunFunctionResponse]]
@@ -419,22 +418,22 @@ def servicer_runner(servicer: FunctionServicer) -> RunFn:
 # --------------------------------------------------------------------------- #
 
 
-def own_steps(composition: Mapping[str, Any]) -> dict[str, str]:
-    """Function name per pipeline step; raises unless every step runs this function.
+def own_steps(composition: Mapping[str, Any], input_api_version: str) -> dict[str, str]:
+    """Function name per pipeline step; raises unless every step runs the function rendering here.
 
-    A step is this function's when its Input is ours
-    (``servingstack.fn.modelplane.ai/v1beta1``) or it names the same Function
-    as such a step.
+    A step is that function's when its Input has ``input_api_version`` (this
+    function's: ``servingstack.fn.modelplane.ai/v1beta1``) or it names the same
+    Function as such a step.
     """
     pipeline = [e for e in (composition.get("spec") or {}).get("pipeline") or [] if isinstance(e, Mapping)]
     steps = {str(e.get("step", "")): str((e.get("functionRef") or {}).get("name", "")) for e in pipeline}
     ours = {
         str((e.get("functionRef") or {}).get("name", ""))
         for e in pipeline
-        if (e.get("input") or {}).get("apiVersion") == INPUT_API_VERSION
+        if (e.get("input") or {}).get("apiVersion") == input_api_version
     }
     if not ours:
-        raise RenderError(f"the Composition has no pipeline step with a {INPUT_API_VERSION} Input")
+        raise RenderError(f"the Composition has no pipeline step with a {input_api_version} Input")
     for step, function in steps.items():
         if function not in ours:
             raise RenderError(
@@ -448,19 +447,24 @@ def render(
     runner: FunctionServicer,
     xr: Mapping[str, Any],
     *,
+    input_api_version: str,
     composition: Mapping[str, Any] | None = None,
     input: Mapping[str, Any] | None = None,
     observed: Iterable[Mapping[str, Any]] = (),
     required: Sequence[Mapping[str, Any]] = (),
     context: Mapping[str, Any] | None = None,
 ) -> RenderResult:
-    """Render one XR with ``runner`` in process; raises :class:`RenderError` as render fails."""
+    """Render one XR with ``runner`` in process; raises :class:`RenderError` as render fails.
+
+    Given a Composition, only the steps of the function whose Input has
+    ``input_api_version`` run (:func:`own_steps`).
+    """
     run = servicer_runner(runner)
     if composition is None:
         return asyncio.run(run_pipeline(run, xr=xr, input=input, observed=observed, required=required, context=context))
     if input is not None:
         raise RenderError("give the function Input either in the Composition or with --input, not both")
-    runners = dict.fromkeys(own_steps(composition).values(), run)
+    runners = dict.fromkeys(own_steps(composition, input_api_version).values(), run)
     return asyncio.run(
         run_composition(runners, composition, xr=xr, observed=observed, required=required, context=context)
     )
