@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import datetime as dt
 import functools
 import json
 import re
@@ -53,6 +52,7 @@ import yaml
 from jsonschema import Draft202012Validator, FormatChecker, validators  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped, unused-ignore]
 
+from function.tree import to_jsonable
 from tests.support.cel_rules import cel_rule, unchecked_rules
 from tests.support.object_meta import OBJECT_META_SCHEMA, meta_errors
 from tests.support.repo import REPO
@@ -391,20 +391,6 @@ def _format_error(err: ValidationError) -> list[str]:
 _OBJECT_GROUPS = ("kubernetes.m.crossplane.io", "kubernetes.crossplane.io")
 
 
-def _plain(value: Any) -> Any:
-    """YAML-loaded value -> JSON-shaped value (timestamps to strings)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, dt.datetime):
-        text = value.isoformat()
-        return text.replace("+00:00", "Z")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return value
-
-
 class CRDIndex:
     """CRDs indexed by ``(apiVersion, kind)``.
 
@@ -476,7 +462,7 @@ class CRDIndex:
         if not crd.served:
             return [f"<root>: {api_version} {kind} is not served"]
 
-        inst = _plain(obj)
+        inst = to_jsonable(obj)
         apply_defaults(inst, crd.schema)
         errors: list[str] = []
         for err in self._validator(crd).iter_errors(inst):
