@@ -31,9 +31,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 import function
 from function.fn import FunctionRunner
+from tests.support.repo import EXAMPLE, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "example"
 BANK = EXAMPLE / "environmentconfigs" / "regulated-bank.yaml"
 # The function asks for EnvironmentConfigs under this requirement name (function/overrides/collect.py).
 REQUIREMENT = "servingstack-overrides"
