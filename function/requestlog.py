@@ -28,7 +28,7 @@ def _field(node: struct_pb2.Struct, *path: str) -> Any:
     return value
 
 
-def xr_name(req: fnv1.RunFunctionRequest) -> str:
+def logged_xr(req: fnv1.RunFunctionRequest) -> str:
     """``namespace/name`` of the observed XR (``?`` where missing)."""
     xr = req.observed.composite.resource
     name, namespace = _field(xr, "metadata", "name"), _field(xr, "metadata", "namespace")
@@ -85,7 +85,7 @@ def summarize(
 
 def record(log: Any, req: fnv1.RunFunctionRequest, summary: Summary, seconds: float) -> None:
     """Log one request: its Fatals at info, the summary line at debug."""
-    name = xr_name(req)
+    name = logged_xr(req)
     for message in summary.fatals:
         log.info("Fatal result", xr=name, message=message)
     log.debug(

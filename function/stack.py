@@ -29,7 +29,7 @@ from pydantic.alias_generators import to_camel
 from function.__version__ import __version__
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
-from function.xr import xr_name
+from function.xr import name_of
 
 # Unknown fields are refused (a typo in stacks/*.yaml, or generated data from
 # another generator version), and fields go by their camelCase data name only.
@@ -287,7 +287,7 @@ def select_stack(xr: ServingStack) -> Stack:
     if chosen is None:
         pairs = ", ".join(f"{c}/{a}" for c, a in available())
         raise InputError(
-            f"{xr_name(xr.model_dump())}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
+            f"{name_of(xr)}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
             f"{xr.spec.cloud.value}; stacks exist for {pairs}"
         )
     return chosen

@@ -18,8 +18,18 @@ def xr_name(raw: dict[str, Any]) -> str:
     # Whatever types they have: the name is for messages only, and the model
     # reports a mistyped name or namespace itself.
     name, namespace = meta.get("name", "?"), meta.get("namespace", "")
-    name = excerpt(name if isinstance(name, str) else repr(name))
-    namespace = excerpt(namespace if isinstance(namespace, str) else repr(namespace))
+    return _named(
+        name if isinstance(name, str) else repr(name), namespace if isinstance(namespace, str) else repr(namespace)
+    )
+
+
+def name_of(xr: ServingStack) -> str:
+    """``ServingStack <namespace>/<name>`` of a validated XR, for messages."""
+    return _named(xr.metadata.name, xr.metadata.namespace)
+
+
+def _named(name: str, namespace: str) -> str:
+    name, namespace = excerpt(name), excerpt(namespace)
     return f"ServingStack {namespace + '/' if namespace else ''}{name}"
 
 

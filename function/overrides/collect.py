@@ -23,6 +23,7 @@ from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
 from function.strictmodel import StrictModel
+from function.xr import name_of
 
 from . import memory
 from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, content_digest, parsed_once, validate
@@ -187,11 +188,6 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
     return parsed_once(digest, parse, len(data))[1]
 
 
-def xr_name(xr: ServingStack) -> str:
-    namespace = f"{xr.metadata.namespace}/" if xr.metadata.namespace else ""
-    return f"ServingStack {namespace}{xr.metadata.name}"
-
-
 @dataclass
 class _Source:
     """What one requirement delivered."""
@@ -223,7 +219,7 @@ def _required_applies(source: _Source, xr: ServingStack, warnings: list[str]) ->
             reasons.append(f"{d.name}'s match ({d.doc.match.describe()}) excludes it")
     raise InputError(
         f"function Input: {source.what()} is Required, but no override document it selects applies to "
-        f"{xr_name(xr)}: {first_few(reasons)}; refusing to render without it (Crossplane keeps the last applied state)"
+        f"{name_of(xr)}: {first_few(reasons)}; refusing to render without it (Crossplane keeps the last applied state)"
     )
 
 
