@@ -1,4 +1,4 @@
-"""What the commands read from disk: YAML documents from files and directories, and the one line they fail with."""
+"""What the commands read from disk: YAML documents, the Input file option, and the one line they fail with."""
 
 from __future__ import annotations
 
@@ -37,3 +37,12 @@ def read_one(path: Path | None, what: str) -> dict[str, Any] | None:
     if len(docs) != 1:
         fail(f"{path}: expected one {what}, found {len(docs)} documents")
     return docs[0]
+
+
+# The function's Input as a file: render, explain and validate take it alike.
+INPUT_OPTION = click.option(
+    "--input",
+    "input_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The function's Input (as in the Composition's pipeline step).",
+)

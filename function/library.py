@@ -58,8 +58,7 @@ def load_stack(cloud: str, accelerator: str = "NVIDIA") -> Stack:
     except ValueError:
         chosen = None
     if chosen is None:
-        pairs = ", ".join(f"{c}/{a}" for c, a in stacks.available())
-        raise InputError(f"no stack for {cloud}/{accelerator}; stacks exist for {pairs}")
+        raise InputError(f"no stack for {cloud}/{accelerator}; stacks exist for {stacks.existing()}")
     return chosen
 
 

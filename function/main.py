@@ -15,7 +15,7 @@ from function import offline, server, stack
 from function.cache import MIB
 from function.compose import renderer
 from function.errors import InputError
-from function.files import fail, read_documents, read_one
+from function.files import INPUT_OPTION, fail, read_documents, read_one
 from function.fn import FunctionRunner
 from function.inputs import GRPC_MAX_RECEIVE_BYTES
 from function.model import Accelerator, Cloud
@@ -133,12 +133,6 @@ _REQUIRED_OPTION = click.option(
     type=click.Path(exists=True, path_type=Path),
     help="EnvironmentConfigs and other required resources (file or directory).",
 )
-_INPUT_OPTION = click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's Input (as in the Composition's pipeline step).",
-)
 
 
 def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
@@ -147,7 +141,7 @@ def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
         (
             click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
             _REQUIRED_OPTION,
-            _INPUT_OPTION,
+            INPUT_OPTION,
         )
     ):
         command = option(command)
@@ -312,7 +306,7 @@ def _every_stack() -> list[dict[str, Any]]:
     help="A ServingStack (repeatable); without it, every generated stack.",
 )
 @_REQUIRED_OPTION
-@_INPUT_OPTION
+@INPUT_OPTION
 @click.option(
     "--format",
     "-O",

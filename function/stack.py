@@ -285,12 +285,16 @@ def select_stack(xr: ServingStack) -> Stack:
     assert xr.spec.cloud is not None, "set or inferred by parse_xr"
     chosen = load(xr.spec.cloud, xr.spec.accelerator)
     if chosen is None:
-        pairs = ", ".join(f"{c}/{a}" for c, a in available())
         raise InputError(
             f"{name_of(xr)}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
-            f"{xr.spec.cloud.value}; stacks exist for {pairs}"
+            f"{xr.spec.cloud.value}; stacks exist for {existing()}"
         )
     return chosen
+
+
+def existing() -> str:
+    """The generated stacks' cloud/accelerator pairs, for a message refusing another pair."""
+    return ", ".join(f"{c}/{a}" for c, a in available())
 
 
 @cache

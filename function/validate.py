@@ -28,7 +28,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import stack
 from function.errors import InputError
-from function.files import fail, read_documents, read_one
+from function.files import INPUT_OPTION, fail, read_documents, read_one
 from function.fn import FunctionRunner
 from function.offline import RenderError, fetch_resources, run_pipeline
 from function.overrides import Collected, plan
@@ -152,12 +152,7 @@ def check_xr(
     type=click.Path(exists=True, path_type=Path),
     help="Check against these ServingStacks (file or directory) instead of every generated stack.",
 )
-@click.option(
-    "--input",
-    "input_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The function's Input (as in the Composition's pipeline step).",
-)
+@INPUT_OPTION
 @click.option("--warnings-as-errors", is_flag=True, help="Exit non-zero on warnings too.")
 def validate(
     configs: tuple[Path, ...], xrs: tuple[Path, ...], input_file: Path | None, warnings_as_errors: bool
