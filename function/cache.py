@@ -9,7 +9,8 @@ it was computed from, times the factor below); a value larger than the whole
 byte budget is not kept.
 
 Memos keyed by one of the few generated stacks (``stack.load``, ``stack.every``,
-``renderer``, ``strict.stack_hosts``) stay ``functools.cache``: their domain is fixed at
+``renderer``, ``strict.stack_hosts``, the plan weights
+``apply._sizes``) stay ``functools.cache``: their domain is fixed at
 build time and no request can add to it.
 """
 

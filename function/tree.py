@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -22,6 +22,31 @@ def copy_tree(node: Any) -> Any:
     if isinstance(node, list):
         return [copy_tree(item) for item in node]
     return node
+
+
+def copy_along(tree: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """``tree`` with a private copy of every map on the way to each dot path, sharing the rest.
+
+    What writes into the result only at those paths (creating or replacing
+    what is below a copied map) leaves ``tree`` as it was: a rebuilt
+    component copies the few maps its image and pull-secret paths go
+    through, not its whole values, and what it did not change stays the
+    very objects of the generated values (whose encodings are kept).
+    """
+    root = dict(tree)
+    copied = {id(root)}
+    for path in paths:
+        node = root
+        for part in path.split(".")[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break  # what is written below here is created fresh
+            if id(child) not in copied:
+                child = dict(child)
+                node[part] = child
+                copied.add(id(child))
+            node = child
+    return root
 
 
 def to_struct(tree: dict[str, Any]) -> struct_pb2.Struct:

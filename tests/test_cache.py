@@ -87,6 +87,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("stack.py", "every"),
         ("compose.py", "renderer"),
         ("apply.py", "_generated"),
+        ("apply.py", "_sizes"),
         ("strict.py", "stack_hosts"),
     }
     found = set()

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from function.inputs import plain
-from function.tree import copy_tree, to_struct
+from function.paths import set_path
+from function.tree import copy_along, copy_tree, to_struct
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
@@ -46,3 +47,30 @@ def test_copy_tree_is_equal_and_shares_no_container(tree: dict[str, Any]) -> Non
         return []
 
     assert not set(containers(copied)) & set(containers(tree))
+
+
+PATHS = st.lists(st.lists(st.sampled_from(["a", "b", "c", ""]), min_size=1, max_size=4).map(".".join), max_size=4)
+NESTED = st.recursive(JSON, lambda inner: st.dictionaries(st.sampled_from(["a", "b", "c", "", "d"]), inner, max_size=4))
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", ""]), NESTED, max_size=4), PATHS, JSON)
+def test_writing_along_copied_paths_leaves_the_original_alone(
+    tree: dict[str, Any], paths: list[str], value: Any
+) -> None:
+    before = copy_tree(tree)
+    copied = copy_along(tree, paths)
+    expected = copy_tree(tree)
+    for path in paths:
+        set_path(copied, path, value)
+        set_path(expected, path, value)
+    assert tree == before  # nothing written reached the original
+    assert copied == expected  # and the copy took every write
+    assert not paths or copied is not tree
+
+
+def test_copy_along_shares_what_is_off_the_paths() -> None:
+    tree = {"operator": {"image": {"repository": "x"}, "resources": {"cpu": 1}}, "other": {"k": 1}}
+    copied = copy_along(tree, ["operator.image.repository"])
+    assert copied["other"] is tree["other"]
+    assert copied["operator"]["resources"] is tree["operator"]["resources"]
+    assert copied["operator"]["image"] is not tree["operator"]["image"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -22,7 +22,7 @@ from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import ChartRef, Component, Stack
-from function.tree import copy_tree
+from function.tree import copy_along, copy_tree
 from function.values import deep_merge, drop_nulls
 
 from . import images
@@ -235,7 +235,9 @@ def _release(
 ) -> Component:
     values = _layered(comp.values, layers, "values", acc)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
-        values = copy_tree(values)  # deep_merge shares subtrees with the generated values
+        # deep_merge shares subtrees with the generated values: copy the maps
+        # on the way to what the rewriting below may write, and only those.
+        values = copy_along(values, _written_paths(comp))
     for img in comp.images:
         changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
         found.append(seen)
@@ -247,6 +249,16 @@ def _release(
     if values is comp.values and chart is comp.chart:
         return comp
     return dataclasses.replace(comp, values=values, chart=chart)
+
+
+def _written_paths(comp: Component) -> Iterator[str]:
+    """The value paths image rewriting and pull secrets write into on ``comp``."""
+    for img in comp.images:
+        yield from (p for p in (img.ref, img.registry, img.repository, img.tag) if p)
+    yield from comp.pull_secret_ref_list_paths
+    yield from comp.pull_secret_name_list_paths
+    yield from comp.pull_secret_name_paths
+    yield from comp.pull_secret_ref_paths
 
 
 def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: _Acc) -> None:
@@ -348,6 +360,7 @@ _BUILT: BoundedCache[
 
 
 def _built(
+    stack: Stack,
     comp: Component,
     acc: _Acc,
     layers: Sequence[tuple[str, dict[str, Any]]],
@@ -370,7 +383,8 @@ def _built(
         noted, seen = _Acc(version=acc.version), list[images.ImageSeen]()
         build = _release if comp.is_release else _manifest
         new = build(comp, noted, layers, mirrors, seen)
-        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), _weight(comp, new, len(layered)))
+        weight = _weight(comp, new, len(layered), _sizes(stack)[comp.key])
+        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
     _, new, noted, seen_before = hit
     acc.changed.update(noted.changed)
     acc.provenance.update(noted.provenance)
@@ -378,12 +392,13 @@ def _built(
     return new
 
 
-def _weight(comp: Component, new: Component, layered: int) -> int:
+def _weight(comp: Component, new: Component, layered: int, generated: int) -> int:
     # A built component holds its layers and, when it differs from the
-    # generated one, (at most) a copy of its body.
+    # generated one, (at most) a copy of its body: the generated body's
+    # ``generated`` bytes, plus what the layers add.
     if new is comp:
         return layered + 256
-    return (len(json.dumps(new.values or new.manifest, separators=(",", ":"))) + layered) * PYTHON_FACTOR
+    return (generated + layered) * PYTHON_FACTOR
 
 
 class _Planner:
@@ -530,7 +545,9 @@ class _Planner:
             # the mirror it installs from, rather than the generated body.
             if acc.state in (MANAGED, REMOVED):
                 layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
-                new = _built(comp, acc, layers if comp.is_release else acc.patches, mirrors, self.found, mirrors_key)
+                new = _built(
+                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, self.found, mirrors_key
+                )
                 planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
                 # Not ours to change any more: the generated body (Observe-only
@@ -570,9 +587,15 @@ def _generated(stack: Stack) -> Plan:
     return _Planner(stack, ()).plan()
 
 
+@cache  # one per generated stack
+def _sizes(stack: Stack) -> dict[str, int]:
+    """What each component's values or manifest weighs serialized, by key."""
+    return {c.key: len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components}
+
+
 def _generated_bytes(stack: Stack) -> int:
     """What the stack's values and manifests weigh serialized: a plan holds copies of those it changed."""
-    return sum(len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components)
+    return sum(_sizes(stack).values())
 
 
 def plan(stack: Stack, found: Collected) -> Plan:
