@@ -69,7 +69,7 @@ def test_writing_along_copied_paths_leaves_the_original_alone(
 
 
 def test_copy_along_shares_what_is_off_the_paths() -> None:
-    tree = {"operator": {"image": {"repository": "x"}, "resources": {"cpu": 1}}, "other": {"k": 1}}
+    tree: dict[str, Any] = {"operator": {"image": {"repository": "x"}, "resources": {"cpu": 1}}, "other": {"k": 1}}
     copied = copy_along(tree, ["operator.image.repository"])
     assert copied["other"] is tree["other"]
     assert copied["operator"]["resources"] is tree["operator"]["resources"]
