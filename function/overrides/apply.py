@@ -302,15 +302,15 @@ def _manifest(
         # Unlike Helm values, a manifest is applied as written: null means
         # "not there", so deleted keys go rather than travel as nulls.
         manifest = drop_nulls(manifest)
-    # Walk the manifest for pods only when there is something to write into them.
-    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and (
-        bool(comp.images) or any(images.pod_containers(manifest))
-    )
+    # Copy the manifest only when there is something to write into it.
+    containers = list(images.pod_containers(manifest))
+    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
     if rewriting:
         manifest = copy_tree(manifest)
+        containers = list(images.pod_containers(manifest))  # the copy's, to write into
     rules = mirrors.images if rewriting else Rules()
     secrets = mirrors.image_pull_secrets if rewriting else ()
-    changes, seen = images.rewrite_manifest(manifest, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
+    changes, seen = images.rewrite_manifest(containers, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
     found.extend(seen)
     # Images a controller runs from fields of this object (not pod containers).
     for img in comp.images:

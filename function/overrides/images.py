@@ -13,7 +13,7 @@ are shared by every request and must never change.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,13 +230,17 @@ def pod_containers(node: Any, path: str = "") -> Iterator[tuple[dict[str, Any], 
 
 
 def rewrite_manifest(
-    manifest: dict[str, Any], rules: Rules, pull_secrets: tuple[str, ...], secrets_document: str, key: str
+    containers: Iterable[tuple[dict[str, Any], str, dict[str, Any]]],
+    rules: Rules,
+    pull_secrets: tuple[str, ...],
+    secrets_document: str,
+    key: str,
 ) -> tuple[list[Change], list[ImageSeen]]:
-    """Rewrite container images of every pod template in a manifest, in place."""
+    """Rewrite the images of a manifest's pod ``containers`` (:func:`pod_containers`'s), in place."""
     changes: list[Change] = []
     found: list[ImageSeen] = []
     pods: dict[int, tuple[dict[str, Any], str]] = {}
-    for container, path, pod in pod_containers(manifest):
+    for container, path, pod in containers:
         pods.setdefault(id(pod), (pod, path.rsplit(".", 1)[0]))
         ref = container["image"]
         name, suffix = split_reference(ref)

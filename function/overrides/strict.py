@@ -175,6 +175,26 @@ _SCANS: BoundedCache[
 ] = BoundedCache("strict scans", max_entries=4096, max_bytes=4 * MIB)
 
 
+# The references each (nearest key, string) holds that the policies refuse,
+# by what decides them: the hosts and each policy's allowed registries. A
+# rebuilt body is mostly the strings of the generated one (and of the last
+# plan), so few strings are tokenized again.
+_REFUSED: BoundedCache[tuple[str, str, frozenset[str], tuple[tuple[str, ...], ...]], tuple[str, ...]] = BoundedCache(
+    "strict string scans", max_entries=65536, max_bytes=8 * MIB
+)
+
+
+def _refused(
+    field: str, text: str, hosts: frozenset[str], allowed: tuple[tuple[str, ...], ...], mirrors: Mirrors
+) -> tuple[str, ...]:
+    key = (field, text, hosts, allowed)
+    hit = _REFUSED.get(key)
+    if hit is None:
+        refused = tuple(ref for ref in _references(field, text, hosts) if not mirrors.allowed(ref))
+        hit = _REFUSED.put(key, refused, 64 + len(field) + len(text) + sum(map(len, refused)))
+    return hit
+
+
 def _scan(
     body: dict[str, Any], owner: object, hosts: frozenset[str], mirrors: Mirrors, already: frozenset[str]
 ) -> tuple[tuple[str, str], ...]:
@@ -185,9 +205,9 @@ def _scan(
         return hit[1]
     reported, out = set(already), []
     for path, field, text in _strings(body, ""):
-        for ref in _references(field, text, hosts):
-            if mirrors.allowed(ref) or any(ref in r or r in ref for r in reported):
-                continue  # allowed, or already listed as the reference it is part of
+        for ref in _refused(field, text, hosts, key[2], mirrors):
+            if any(ref in r or r in ref for r in reported):
+                continue  # already listed as the reference it is part of
             out.append((path, ref))
             reported.add(ref)
     return _SCANS.put(key, (owner, tuple(out)), 256 + sum(len(a) + len(b) for a, b in out))[1]
