@@ -10,7 +10,7 @@ byte budget is not kept.
 
 Memos keyed by one of the few generated stacks (``stack.load``, ``stack.every``,
 ``renderer``, ``strict.stack_hosts``, the plan weights
-``apply._sizes``) stay ``functools.cache``: their domain is fixed at
+``apply._sizes``, ``apply._untouched_by_mirrors``) stay ``functools.cache``: their domain is fixed at
 build time and no request can add to it.
 """
 

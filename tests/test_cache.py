@@ -88,6 +88,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("compose.py", "renderer"),
         ("apply.py", "_generated"),
         ("apply.py", "_sizes"),
+        ("apply.py", "_untouched_by_mirrors"),
         ("strict.py", "stack_hosts"),
     }
     found = set()

@@ -377,6 +377,8 @@ def _built(
     """
     # Insertion order kept: equal keys, equal results.
     layered = json.dumps(layers, separators=(",", ":")) if layers else ""
+    if not layered and comp.key in _untouched_by_mirrors(stack):
+        mirrors_key = ""  # nothing in it a mirror rewrites: built once for every registry setting
     key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
     hit = _BUILT.get(key)
     if hit is None or hit[0] is not comp:
@@ -591,6 +593,22 @@ def _generated(stack: Stack) -> Plan:
 def _sizes(stack: Stack) -> dict[str, int]:
     """What each component's values or manifest weighs serialized, by key."""
     return {c.key: len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components}
+
+
+@cache  # one per generated stack
+def _untouched_by_mirrors(stack: Stack) -> frozenset[str]:
+    """The raw manifests no registry setting changes: no declared image, no pull-secret path, no pod container.
+
+    (Walking the larger ones, CRDs, for pods on every plan costs more than the rest of their planning.)
+    """
+    return frozenset(
+        c.key
+        for c in stack.components
+        if not c.is_release
+        and not c.images
+        and not c.pull_secret_ref_list_paths
+        and not any(images.pod_containers(c.manifest))
+    )
 
 
 def _generated_bytes(stack: Stack) -> int:
