@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from function.errors import InputError
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, plan, strict
 from function.overrides.document import Document, OverrideDocument
-from function.overrides.images import qualify, split_reference
+from function.overrides.images import pod_containers, qualify, split_reference
 from function.overrides.registry import Rule, Rules, rewrite_chart_repository, rewrite_image_name
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
@@ -386,3 +387,47 @@ def test_a_rule_is_written_with_from_only(kind: str) -> None:
     with pytest.raises(ValidationError, match="from\n  Field required"):
         OverrideDocument.model_validate({"registry": {kind: [{"source": "*", "to": target}]}})
     assert OverrideDocument.model_validate({"registry": {kind: [{"from": "*", "to": target}]}}).registry
+
+
+def test_a_mirror_change_copies_only_what_it_writes() -> None:
+    """A Release rebuilt for new mirrors shares every map off its image and pull-secret paths with the generated
+    values, which stay as they were; a raw manifest no registry setting touches stays the generated object."""
+    base = stack.load(Cloud.EKS, Accelerator.NVIDIA)
+    assert base is not None
+    before = {c.key: copy.deepcopy(c.values or c.manifest) for c in base.components}
+    doc = {"registry": {"images": [{"from": "*", "to": "mirror.example.com/hub"}], "imagePullSecrets": ["pull"]}}
+    documents = (
+        Document(
+            "mirrors", "EnvironmentConfig mirrors: data.servingStack", OverrideDocument.model_validate(doc), b"cow"
+        ),
+    )
+    built = {p.component.key: p.component for p in plan(base, Collected(documents=documents)).planned}
+    shared = untouched = 0
+    for comp in base.components:
+        new = built[comp.key]
+        assert (comp.values or comp.manifest) == before[comp.key], f"{comp.key}: the generated values changed"
+        if comp.is_release and comp.images:
+            written = {
+                path.split(".")[0]
+                for img in comp.images
+                for path in (img.ref, img.registry, img.repository, img.tag)
+                if path
+            } | {
+                path.split(".")[0]
+                for paths in (
+                    comp.pull_secret_ref_list_paths,
+                    comp.pull_secret_name_list_paths,
+                    comp.pull_secret_name_paths,
+                    comp.pull_secret_ref_paths,
+                )
+                for path in paths
+            }
+            assert new.values is not comp.values
+            for key, value in comp.values.items():
+                if key not in written and isinstance(value, dict):
+                    assert new.values[key] is value, f"{comp.key}: values.{key} copied"
+                    shared += 1
+        if not comp.is_release and not comp.images and not any(pod_containers(comp.manifest)):
+            assert new is comp, f"{comp.key}: rebuilt though no mirror touches it"
+            untouched += 1
+    assert shared and untouched  # the stack has both kinds
