@@ -97,11 +97,38 @@ def _strings(
     items = node.items() if isinstance(node, dict) else enumerate(node)
     for k, value in items:
         if isinstance(value, str):
-            if "." in value or ":" in value or "localhost" in value.lower():
+            if _may_hold_a_host(value):
                 found.append((_child(path, node, k), str(k) if isinstance(node, dict) else key, value))
         elif isinstance(value, dict | list):  # numbers, booleans and null hold no reference
             _strings(value, _child(path, node, k), str(k) if isinstance(node, dict) else key, found)
     return found
+
+
+def _may_hold_a_host(text: str) -> bool:
+    return "." in text or ":" in text or "localhost" in text.lower()
+
+
+def _any_refused(
+    node: dict[str, Any] | list[Any],
+    key: str,
+    hosts: frozenset[str],
+    allowed: tuple[tuple[str, ...], ...],
+    mirrors: Mirrors,
+) -> bool:
+    """Whether a string of ``node`` holds a reference the policies refuse: what ``_strings`` walks, without paths.
+
+    Most bodies hold none, and making the path of every string costs most of the walk.
+    """
+    mapping = isinstance(node, dict)
+    for k, value in node.items() if isinstance(node, dict) else enumerate(node):
+        if isinstance(value, str):
+            if _may_hold_a_host(value) and _refused(str(k) if mapping else key, value, hosts, allowed, mirrors):
+                return True
+        elif isinstance(value, dict | list) and _any_refused(
+            value, str(k) if mapping else key, hosts, allowed, mirrors
+        ):
+            return True
+    return False
 
 
 def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
@@ -203,6 +230,8 @@ def _scan(
     hit = _SCANS.get(key)
     if hit is not None and hit[0] is owner:
         return hit[1]
+    if not _any_refused(body, "", hosts, key[2], mirrors):
+        return _SCANS.put(key, (owner, ()), 256)[1]
     reported, out = set(already), []
     for path, field, text in _strings(body, ""):
         for ref in _refused(field, text, hosts, key[2], mirrors):
