@@ -87,8 +87,8 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("stack.py", "every"),
         ("compose.py", "renderer"),
         ("apply.py", "_generated"),
-        ("apply.py", "_sizes"),
-        ("apply.py", "_untouched_by_mirrors"),
+        ("build.py", "sizes"),
+        ("build.py", "_untouched_by_mirrors"),
         ("strict.py", "stack_hosts"),
     }
     found = set()

@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             {
                 "function.overrides",
                 "function.overrides.apply",
+                "function.overrides.build",
                 "function.overrides.collect",
                 "function.overrides.document",
                 "function.overrides.drivers",

@@ -9,9 +9,8 @@ renderer holds ready.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -21,11 +20,12 @@ from function.bodies import component_body
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, set_path
-from function.stack import ChartRef, Component, Stack
-from function.tree import copy_along, copy_tree
-from function.values import deep_merge, drop_nulls
+from function.stack import Component, Stack
+from function.tree import copy_tree
+from function.values import deep_merge
 
 from . import images
+from .build import Acc, built, leaves, sizes
 from .document import (
     Collected,
     ComponentOverride,
@@ -37,7 +37,7 @@ from .document import (
 )
 from .drivers import driver_component
 from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned, State
-from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare, rewrite_chart_repository
+from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare
 from .strict import enforce
 
 SHORTCUT_PATHS = {
@@ -46,33 +46,6 @@ SHORTCUT_PATHS = {
     "image": "images",
     "podDisruptionBudget": "pod_disruption_budgets",
 }
-
-
-@dataclass
-class _Acc:
-    """What the documents say about one component, accumulated in application order."""
-
-    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    state: State = MANAGED
-    state_by: str = ""
-    version: str | None = None
-    version_by: str = ""
-    changed: dict[str, None] = field(default_factory=dict)  # ordered set of document names
-    provenance: dict[str, str] = field(default_factory=dict)
-
-    def touch(self, document: str, path: str | None = None) -> None:
-        self.changed[document] = None
-        if path is not None:
-            self.provenance[path] = document
-
-
-def leaves(node: Any, path: str) -> Iterable[str]:
-    """Leaf paths of a values patch (a non-empty map is not a leaf; a list is)."""
-    if isinstance(node, dict) and node:
-        for key, value in node.items():
-            yield from leaves(value, f"{path}.{key}")
-    else:
-        yield path
 
 
 def _check_fields(comp: Component, over: ComponentOverride, where: str) -> None:
@@ -215,118 +188,8 @@ class _Registry:
         )
 
 
-def _layered(
-    base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str, acc: _Acc
-) -> dict[str, Any]:
-    """``base`` with each document's patch deep-merged in order, every leaf credited to its document."""
-    for document, patch in layers:
-        base = deep_merge(base, patch)
-        for path in leaves(patch, field_name):
-            acc.touch(document, path)
-    return base
-
-
-def _release(
-    comp: Component,
-    acc: _Acc,
-    layers: Sequence[tuple[str, dict[str, Any]]],
-    mirrors: Mirrors,
-    found: list[images.ImageSeen],
-) -> Component:
-    values = _layered(comp.values, layers, "values", acc)
-    if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
-        # deep_merge shares subtrees with the generated values: copy the maps
-        # on the way to what the rewriting below may write, and only those.
-        values = copy_along(values, _written_paths(comp))
-    for img in comp.images:
-        changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
-        found.append(seen)
-        for change in changes:
-            acc.touch(change.document, f"values.{change.path}")
-    if mirrors.image_pull_secrets:
-        _pull_secrets(values, comp, mirrors, acc)
-    chart = _chart(comp, acc, mirrors)
-    if values is comp.values and chart is comp.chart:
-        return comp
-    return dataclasses.replace(comp, values=values, chart=chart)
-
-
-def _written_paths(comp: Component) -> Iterator[str]:
-    """The value paths image rewriting and pull secrets write into on ``comp``."""
-    for img in comp.images:
-        yield from (p for p in (img.ref, img.registry, img.repository, img.tag) if p)
-    yield from comp.pull_secret_ref_list_paths
-    yield from comp.pull_secret_name_list_paths
-    yield from comp.pull_secret_name_paths
-    yield from comp.pull_secret_ref_paths
-
-
-def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: _Acc) -> None:
-    for path in images.write_pull_secrets(
-        values,
-        mirrors.image_pull_secrets,
-        ref_list_paths=comp.pull_secret_ref_list_paths,
-        name_list_paths=comp.pull_secret_name_list_paths,
-        name_paths=comp.pull_secret_name_paths,
-        ref_paths=comp.pull_secret_ref_paths,
-    ):
-        acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
-
-
-def _chart(comp: Component, acc: _Acc, mirrors: Mirrors) -> ChartRef | None:
-    chart = comp.chart
-    if chart is None:
-        return None
-    if acc.version is not None:
-        chart = dataclasses.replace(chart, version=acc.version)
-    rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
-    if rewrite is not None:
-        chart = dataclasses.replace(chart, repository=rewrite.value)
-        acc.touch(rewrite.rule.document, "chart.repository")
-    # Mirror credentials go only to a chart pulled from a mirror, never upstream.
-    if mirrors.chart_pull_secret and mirrors.charts.mirrored(chart.repository.rstrip("/")):
-        chart = dataclasses.replace(chart, pull_secret_ref=mirrors.chart_pull_secret)
-        acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
-    return chart
-
-
-def _manifest(
-    comp: Component,
-    acc: _Acc,
-    layers: Sequence[tuple[str, dict[str, Any]]],
-    mirrors: Mirrors,
-    found: list[images.ImageSeen],
-) -> Component:
-    manifest = _layered(comp.manifest, layers, "manifest", acc)
-    if layers:
-        # Unlike Helm values, a manifest is applied as written: null means
-        # "not there", so deleted keys go rather than travel as nulls.
-        manifest = drop_nulls(manifest)
-    # Copy the manifest only when there is something to write into it.
-    containers = list(images.pod_containers(manifest))
-    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
-    if rewriting:
-        manifest = copy_tree(manifest)
-        containers = list(images.pod_containers(manifest))  # the copy's, to write into
-    rules = mirrors.images if rewriting else Rules()
-    secrets = mirrors.image_pull_secrets if rewriting else ()
-    changes, seen = images.rewrite_manifest(containers, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
-    found.extend(seen)
-    # Images a controller runs from fields of this object (not pod containers).
-    for img in comp.images:
-        written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
-        found.append(one)
-        changes += written
-    if secrets and comp.pull_secret_ref_list_paths:
-        paths = images.write_pull_secrets(manifest, secrets, ref_list_paths=comp.pull_secret_ref_list_paths)
-        changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
-    for change in changes:
-        acc.touch(change.document, f"manifest.{change.path}")
-    return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
-
-
 def _check_removed(
-    states: dict[str, State], comps: Sequence[Component], accs: dict[str, _Acc], where: dict[str, str]
+    states: dict[str, State], comps: Sequence[Component], accs: dict[str, Acc], where: dict[str, str]
 ) -> None:
     # A dependent that stays on the cluster (Managed, or Unmanaged: kept
     # as it is) still needs what it depends on; e.g. a GatewayClass removed
@@ -351,65 +214,13 @@ def _pools_take_drivers(stack: Stack) -> bool:
     return stack.driver.source == "gpu-operator" and bool(stack.driver.resource)
 
 
-# Built components by what builds them: a changed document recomputes only
-# the components it changes; the others come back as the same objects, whose
-# protobuf the renderer (and whose strict scan the strict check) already holds.
-_BUILT: BoundedCache[
-    tuple[int, str | None, str, str], tuple[Component, Component, _Acc, tuple[images.ImageSeen, ...]]
-] = BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
-
-
-def _built(
-    stack: Stack,
-    comp: Component,
-    acc: _Acc,
-    layers: Sequence[tuple[str, dict[str, Any]]],
-    mirrors: Mirrors,
-    found: list[images.ImageSeen],
-    mirrors_key: str,
-) -> Component:
-    """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors).
-
-    ``mirrors_key`` is ``repr(mirrors)``, made once per plan: hashing the
-    rules themselves on every lookup costs more than the lookup. What they
-    note on ``acc`` and in ``found`` is recorded with the result and replayed
-    on every hit.
-    """
-    # Insertion order kept: equal keys, equal results.
-    layered = json.dumps(layers, separators=(",", ":")) if layers else ""
-    if not layered and comp.key in _untouched_by_mirrors(stack):
-        mirrors_key = ""  # nothing in it a mirror rewrites: built once for every registry setting
-    key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
-    hit = _BUILT.get(key)
-    if hit is None or hit[0] is not comp:
-        noted, seen = _Acc(version=acc.version), list[images.ImageSeen]()
-        build = _release if comp.is_release else _manifest
-        new = build(comp, noted, layers, mirrors, seen)
-        weight = _weight(comp, new, len(layered), _sizes(stack)[comp.key])
-        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
-    _, new, noted, seen_before = hit
-    acc.changed.update(noted.changed)
-    acc.provenance.update(noted.provenance)
-    found.extend(seen_before)
-    return new
-
-
-def _weight(comp: Component, new: Component, layered: int, generated: int) -> int:
-    # A built component holds its layers and, when it differs from the
-    # generated one, (at most) a copy of its body: the generated body's
-    # ``generated`` bytes, plus what the layers add.
-    if new is comp:
-        return layered + 256
-    return (generated + layered) * PYTHON_FACTOR
-
-
 class _Planner:
     """One computation of a plan: read the documents, then build each component."""
 
     def __init__(self, stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> None:
         self.stack = stack
         self.by_key = {c.key: c for c in stack.components}
-        self.accs = {c.key: _Acc() for c in stack.components}
+        self.accs = {c.key: Acc() for c in stack.components}
         self.where = {d.name: d.where for d in documents}
         self.order = {d.name: i for i, d in enumerate(documents)}
         self.warnings: list[str] = []
@@ -490,7 +301,7 @@ class _Planner:
             f"{at}: unknown component; the components of stack {self.stack.id}: {', '.join(self.by_key)}{elsewhere}"
         )
 
-    def _version(self, comp: Component, acc: _Acc, version: str, document: str, at: str) -> None:
+    def _version(self, comp: Component, acc: Acc, version: str, document: str, at: str) -> None:
         assert comp.chart is not None, "checked: only Releases take a version"
         if version == comp.chart.version:
             if acc.version is None:
@@ -533,7 +344,7 @@ class _Planner:
 
     def plan(self) -> Plan:
         mirrors = self.registry.mirrors()
-        mirrors_key = repr(mirrors)  # see _built
+        mirrors_key = repr(mirrors)  # see built
         drivers = self._driver_components(mirrors)
         states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
         _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
@@ -547,9 +358,10 @@ class _Planner:
             # the mirror it installs from, rather than the generated body.
             if acc.state in (MANAGED, REMOVED):
                 layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
-                new = _built(
-                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, self.found, mirrors_key
+                new, seen = built(
+                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, mirrors_key
                 )
+                self.found.extend(seen)
                 planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
                 # Not ours to change any more: the generated body (Observe-only
@@ -589,31 +401,9 @@ def _generated(stack: Stack) -> Plan:
     return _Planner(stack, ()).plan()
 
 
-@cache  # one per generated stack
-def _sizes(stack: Stack) -> dict[str, int]:
-    """What each component's values or manifest weighs serialized, by key."""
-    return {c.key: len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components}
-
-
-@cache  # one per generated stack
-def _untouched_by_mirrors(stack: Stack) -> frozenset[str]:
-    """The raw manifests no registry setting changes: no declared image, no pull-secret path, no pod container.
-
-    (Walking the larger ones, CRDs, for pods on every plan costs more than the rest of their planning.)
-    """
-    return frozenset(
-        c.key
-        for c in stack.components
-        if not c.is_release
-        and not c.images
-        and not c.pull_secret_ref_list_paths
-        and not any(images.pod_containers(c.manifest))
-    )
-
-
 def _generated_bytes(stack: Stack) -> int:
     """What the stack's values and manifests weigh serialized: a plan holds copies of those it changed."""
-    return sum(_sizes(stack).values())
+    return sum(sizes(stack).values())
 
 
 def plan(stack: Stack, found: Collected) -> Plan:

@@ -1,0 +1,237 @@
+"""One component as the documents' layers and the registry settings leave it, built once per what builds it.
+
+A component's build depends only on the generated component, the chart
+version pinned, the values (or manifest) patches layered on it and the
+registry settings; it is kept by those, so a changed document rebuilds only
+the components it changes, and the others come back as the same objects,
+whose protobuf the renderer (and whose strict scan the strict check) already
+holds. A rebuilt component copies only the maps on the paths it writes
+(:func:`function.tree.copy_along`): the rest stays the generated objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.stack import ChartRef, Component, Stack
+from function.tree import copy_along, copy_tree
+from function.values import deep_merge, drop_nulls
+
+from . import images
+from .planned import MANAGED, State
+from .registry import Mirrors, Rules, rewrite_chart_repository
+
+
+@dataclass
+class Acc:
+    """What the documents say about one component, accumulated in application order."""
+
+    patches: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    state: State = MANAGED
+    state_by: str = ""
+    version: str | None = None
+    version_by: str = ""
+    changed: dict[str, None] = field(default_factory=dict)  # ordered set of document names
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    def touch(self, document: str, path: str | None = None) -> None:
+        self.changed[document] = None
+        if path is not None:
+            self.provenance[path] = document
+
+
+def leaves(node: Any, path: str) -> Iterable[str]:
+    """Leaf paths of a values patch (a non-empty map is not a leaf; a list is)."""
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from leaves(value, f"{path}.{key}")
+    else:
+        yield path
+
+
+def _layered(
+    base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str, acc: Acc
+) -> dict[str, Any]:
+    """``base`` with each document's patch deep-merged in order, every leaf credited to its document."""
+    for document, patch in layers:
+        base = deep_merge(base, patch)
+        for path in leaves(patch, field_name):
+            acc.touch(document, path)
+    return base
+
+
+def _release(
+    comp: Component,
+    acc: Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    found: list[images.ImageSeen],
+) -> Component:
+    values = _layered(comp.values, layers, "values", acc)
+    if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
+        # deep_merge shares subtrees with the generated values: copy the maps
+        # on the way to what the rewriting below may write, and only those.
+        values = copy_along(values, _written_paths(comp))
+    for img in comp.images:
+        changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
+        found.append(seen)
+        for change in changes:
+            acc.touch(change.document, f"values.{change.path}")
+    if mirrors.image_pull_secrets:
+        _pull_secrets(values, comp, mirrors, acc)
+    chart = _chart(comp, acc, mirrors)
+    if values is comp.values and chart is comp.chart:
+        return comp
+    return dataclasses.replace(comp, values=values, chart=chart)
+
+
+def _written_paths(comp: Component) -> Iterator[str]:
+    """The value paths image rewriting and pull secrets write into on ``comp``."""
+    for img in comp.images:
+        yield from (p for p in (img.ref, img.registry, img.repository, img.tag) if p)
+    yield from comp.pull_secret_ref_list_paths
+    yield from comp.pull_secret_name_list_paths
+    yield from comp.pull_secret_name_paths
+    yield from comp.pull_secret_ref_paths
+
+
+def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: Acc) -> None:
+    for path in images.write_pull_secrets(
+        values,
+        mirrors.image_pull_secrets,
+        ref_list_paths=comp.pull_secret_ref_list_paths,
+        name_list_paths=comp.pull_secret_name_list_paths,
+        name_paths=comp.pull_secret_name_paths,
+        ref_paths=comp.pull_secret_ref_paths,
+    ):
+        acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
+
+
+def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
+    chart = comp.chart
+    if chart is None:
+        return None
+    if acc.version is not None:
+        chart = dataclasses.replace(chart, version=acc.version)
+    rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
+    if rewrite is not None:
+        chart = dataclasses.replace(chart, repository=rewrite.value)
+        acc.touch(rewrite.rule.document, "chart.repository")
+    # Mirror credentials go only to a chart pulled from a mirror, never upstream.
+    if mirrors.chart_pull_secret and mirrors.charts.mirrored(chart.repository.rstrip("/")):
+        chart = dataclasses.replace(chart, pull_secret_ref=mirrors.chart_pull_secret)
+        acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
+    return chart
+
+
+def _manifest(
+    comp: Component,
+    acc: Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    found: list[images.ImageSeen],
+) -> Component:
+    manifest = _layered(comp.manifest, layers, "manifest", acc)
+    if layers:
+        # Unlike Helm values, a manifest is applied as written: null means
+        # "not there", so deleted keys go rather than travel as nulls.
+        manifest = drop_nulls(manifest)
+    # Copy the manifest only when there is something to write into it.
+    containers = list(images.pod_containers(manifest))
+    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
+    if rewriting:
+        manifest = copy_tree(manifest)
+        containers = list(images.pod_containers(manifest))  # the copy's, to write into
+    rules = mirrors.images if rewriting else Rules()
+    secrets = mirrors.image_pull_secrets if rewriting else ()
+    changes, seen = images.rewrite_manifest(containers, rules, secrets, mirrors.image_pull_secrets_by, comp.key)
+    found.extend(seen)
+    # Images a controller runs from fields of this object (not pod containers).
+    for img in comp.images:
+        written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
+        found.append(one)
+        changes += written
+    if secrets and comp.pull_secret_ref_list_paths:
+        paths = images.write_pull_secrets(manifest, secrets, ref_list_paths=comp.pull_secret_ref_list_paths)
+        changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
+    for change in changes:
+        acc.touch(change.document, f"manifest.{change.path}")
+    return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
+
+
+# Built components by what builds them: a changed document recomputes only
+# the components it changes; the others come back as the same objects, whose
+# protobuf the renderer (and whose strict scan the strict check) already holds.
+_BUILT: BoundedCache[
+    tuple[int, str | None, str, str], tuple[Component, Component, Acc, tuple[images.ImageSeen, ...]]
+] = BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
+
+
+def built(
+    stack: Stack,
+    comp: Component,
+    acc: Acc,
+    layers: Sequence[tuple[str, dict[str, Any]]],
+    mirrors: Mirrors,
+    mirrors_key: str,
+) -> tuple[Component, tuple[images.ImageSeen, ...]]:
+    """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors): the component
+    and the images it pulls.
+
+    ``mirrors_key`` is ``repr(mirrors)``, made once per plan: hashing the
+    rules themselves on every lookup costs more than the lookup. What they
+    note on ``acc`` is recorded with the result and replayed on every hit.
+    """
+    # Insertion order kept: equal keys, equal results.
+    layered = json.dumps(layers, separators=(",", ":")) if layers else ""
+    if not layered and comp.key in _untouched_by_mirrors(stack):
+        mirrors_key = ""  # nothing in it a mirror rewrites: built once for every registry setting
+    key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
+    hit = _BUILT.get(key)
+    if hit is None or hit[0] is not comp:
+        noted, seen = Acc(version=acc.version), list[images.ImageSeen]()
+        build = _release if comp.is_release else _manifest
+        new = build(comp, noted, layers, mirrors, seen)
+        weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])
+        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
+    _, new, noted, seen_before = hit
+    acc.changed.update(noted.changed)
+    acc.provenance.update(noted.provenance)
+    return new, seen_before
+
+
+def _weight(comp: Component, new: Component, layered: int, generated: int) -> int:
+    # A built component holds its layers and, when it differs from the
+    # generated one, (at most) a copy of its body: the generated body's
+    # ``generated`` bytes, plus what the layers add.
+    if new is comp:
+        return layered + 256
+    return (generated + layered) * PYTHON_FACTOR
+
+
+@cache  # one per generated stack
+def sizes(stack: Stack) -> dict[str, int]:
+    """What each component's values or manifest weighs serialized, by key."""
+    return {c.key: len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components}
+
+
+@cache  # one per generated stack
+def _untouched_by_mirrors(stack: Stack) -> frozenset[str]:
+    """The raw manifests no registry setting changes: no declared image, no pull-secret path, no pod container.
+
+    (Walking the larger ones, CRDs, for pods on every plan costs more than the rest of their planning.)
+    """
+    return frozenset(
+        c.key
+        for c in stack.components
+        if not c.is_release
+        and not c.images
+        and not c.pull_secret_ref_list_paths
+        and not any(images.pod_containers(c.manifest))
+    )
