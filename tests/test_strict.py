@@ -105,6 +105,16 @@ def test_undeclared_paths_on_unknown_hosts_are_caught(values: dict[str, Any], wh
     assert where in message
 
 
+def test_a_string_one_allow_list_lets_through_is_refused_under_another() -> None:
+    """What strict found in each string is kept per allow-list: the same bodies, scanned again for a narrower one."""
+    team = ec(
+        "team", {"priority": 99, "components": {"cert-manager": {"values": {"extraArgs": [f"--image={ECR}/x:v1"]}}}}
+    )
+    overridden(make_xr("GKE"), ec("bank", bank(allowedRegistries=[BANK_HOST, ECR])), team)
+    message = fatal(make_xr("GKE"), ec("bank", bank(allowedRegistries=[BANK_HOST])), team)
+    assert f"cert-manager spec.forProvider.values.extraArgs[0]: {ECR}/x:v1" in message
+
+
 def test_an_image_on_an_unknown_host_is_caught_where_no_rule_moves_it() -> None:
     team = ec("team", {"priority": 99, "components": {"leader-worker-set": {"image": f"{ECR}/lws:v0.8.0"}}})
     per_host = bank(
