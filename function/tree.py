@@ -31,13 +31,14 @@ def copy_along(tree: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
     what is below a copied map) leaves ``tree`` as it was: a rebuilt
     component copies the few maps its image and pull-secret paths go
     through, not its whole values, and what it did not change stays the
-    very objects of the generated values (whose encodings are kept).
+    very objects of the generated values.
     """
     root = dict(tree)
     copied = {id(root)}
-    for path in paths:
+    # The maps holding what is written: several paths often end in the same one.
+    for parent in {path.rpartition(".")[0] for path in paths if "." in path}:
         node = root
-        for part in path.split(".")[:-1]:
+        for part in parent.split("."):
             child = node.get(part)
             if not isinstance(child, dict):
                 break  # what is written below here is created fresh
