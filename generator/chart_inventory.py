@@ -2,7 +2,7 @@
 
 ``python -m generator.chart_inventory --charts DIR --out facts/charts`` reads
 every chart source folder under DIR (``<chart>-<version>/`` with ``Chart.yaml``,
-``values.yaml`` and ``templates/``; ``../shared/charts`` here) and writes one
+``values.yaml`` and ``templates/``) and writes one
 ``<chart>-<version>.yaml`` per folder:
 
 - ``chart``, ``version``, ``appVersion``, ``source`` (the folder's ``SOURCE`` line);
@@ -44,14 +44,15 @@ _FOLDER = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+(?:[-+][0-9A-Z
 #: Placeholders some charts keep in git and fill at release. Only those whose
 #: release value is a recorded fact are filled; any other stays as written.
 #: gateway-helm v1.8.1 ``values.tmpl.yaml``: the release sets ``${GatewayImage}``
-#: to the gateway image of the same tag (../shared/charts/README.md).
+#: to the gateway image of the same tag (envoyproxy/gateway tools/make/helm.mk,
+#: ``helm-generate``: envsubst over ``values.tmpl.yaml``).
 _RELEASE_FILLS: dict[str, dict[str, str]] = {
     "gateway-helm-v1.8.1": {"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1"},
 }
 
 #: Values a release script sets in the published chart over what git holds.
 #: lws v0.8.0: git says ``image.manager.tag: main``; the release sets the
-#: manager image to ``registry.k8s.io/lws/lws:v0.8.0`` (../shared/charts/README.md).
+#: manager image to ``registry.k8s.io/lws/lws:v0.8.0`` (kubernetes-sigs/lws v0.8.0 ``hack/push-chart.sh``).
 _RELEASE_VALUES: dict[str, dict[str, Any]] = {
     "lws-v0.8.0": {"image": {"manager": {"tag": "v0.8.0"}}},
 }

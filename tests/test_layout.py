@@ -75,3 +75,24 @@ def test_the_bench_and_the_test_rig_it_uses_need_no_dev_toolchain() -> None:
     code = block + "import bench.benchmark, bench.files_per_render, bench.load, bench.soak"
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=False)
     assert run.returncode == 0, run.stderr
+
+
+# Only the refresh command reads the reference sources (and parity tests, which
+# skip where they are absent); a fresh clone has none, so nothing the build,
+# the function or its data rely on may point there, not even a comment citing
+# a fact: a fact names its upstream file, or the facts/ file that keeps it.
+REFERENCE_DIR = "../shared"
+MAY_NAME_THE_REFERENCE_DIR = {"generator/refresh.py"}
+
+
+def test_only_the_refresh_command_names_the_reference_directory() -> None:
+    folders = ("function", "generator", "upgrading", "stacks", "facts", "schema", "docs", "example", "package")
+    naming = sorted(
+        rel
+        for folder in folders
+        for p in (REPO / folder).rglob("*")
+        if p.is_file()
+        and (rel := str(p.relative_to(REPO))) not in MAY_NAME_THE_REFERENCE_DIR
+        and REFERENCE_DIR in p.read_text(errors="replace")
+    )
+    assert naming == []

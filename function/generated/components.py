@@ -2424,8 +2424,8 @@ COMPONENTS['gpu-operator-resourcequota-gcp-critical-pods'] = {
 # stacks/charts.yaml charts.lws:
 #   ---------------------------------------------------------------------------
 #   Git says tag "main"; the release sets the manager image to
-#   registry.k8s.io/lws/lws:v0.8.0 (../shared/charts/README.md; the
-#   inventory records the released value).
+#   registry.k8s.io/lws/lws:v0.8.0 (kubernetes-sigs/lws v0.8.0
+#   hack/push-chart.sh; facts/charts/lws-v0.8.0.yaml records it under `release`).
 #   pullSecretRefListPaths: list of {name: ...}, default []
 #   replicas: 1
 #   resources: requests cpu 1, memory 1Gi
@@ -2602,7 +2602,8 @@ COMPONENTS['node-feature-discovery@existing-amd'] = deep_merge(SHARED['node-feat
 #   global.imageRegistry too (Helm passes `global` down to subcharts).
 #   The Prometheus CR too (templates/prometheus/prometheus.yaml: registry,
 #   repository, tag, sha).
-#   Defaults read in the pinned chart's values.yaml (../shared/charts/kube-prometheus-stack-82.8.0).
+#   Defaults read in the pinned chart's values.yaml (kube-prometheus-stack 82.8.0;
+#   facts/charts/kube-prometheus-stack-82.8.0.yaml keeps them).
 #   Subcharts (Chart.yaml dependencies): crds (vendored), kube-state-metrics
 #   7.2.0, prometheus-node-exporter 4.52.0, grafana and prometheus-windows-exporter
 #   (both disabled: grafana.enabled false here, windowsMonitoring.enabled false).

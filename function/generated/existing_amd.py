@@ -23,7 +23,10 @@ from function.generated.components import COMPONENTS as C
 #   every AMD node (feature.node.kubernetes.io/amd-gpu) and would overlap them.
 #   The chart annotates it helm.sh/resource-policy: keep, so one installed
 #   earlier stays until deleted by hand (docs/gpu.md).
-#   builtin: the operator's own default when a field is empty (../shared/charts/README.md).
+#   builtin: the operator's own default when a field is empty (ROCm/gpu-operator
+#   v1.4.0 internal/kmmmodule/kmmmodule.go: driver image, init container;
+#   internal/controllers/upgrademgr.go: utils image; the DeviceConfig CRD's
+#   default for baseImageRegistry, kept in facts/crds/amd.com_deviceconfigs.yaml).
 #   One {name: ...} per operand (DeviceConfig CRD v1.4.0)
 STACK: dict[str, Any] = {
     'id': 'existing-amd',
