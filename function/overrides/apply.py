@@ -16,7 +16,6 @@ from functools import cache
 from typing import Any
 
 from function import stack as stack_module
-from function.bodies import component_body
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, set_path
@@ -385,8 +384,7 @@ def _strict(
     where: dict[str, str],
     documents: int,
 ) -> None:
-    bodies = [(p.component.key, component_body(p.component), p.component) for p in planned if p.state == MANAGED]
-    enforce(stack, mirrors, bodies, found, where, documents)
+    enforce(stack, mirrors, [p.component for p in planned if p.state == MANAGED], found, where, documents)
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.

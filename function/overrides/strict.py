@@ -20,14 +20,15 @@ policy must hold:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from function.bodies import component_body
 from function.cache import MIB, BoundedCache
 from function.errors import InputError
-from function.paths import get_path
-from function.stack import ImageRef, Stack
+from function.stack import Component, ImageRef, Stack
 
 from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
@@ -87,11 +88,7 @@ def _strings(
 ) -> list[tuple[str, str, str]]:
     """(path, nearest map key, text) of every string in a body that could name a registry, in document order.
 
-    A reference counts only when its first segment is a host (``is_host``: a
-    dot, a colon or localhost), so a string with none of them holds none: most
-    strings of a body are passed over without tokenizing them. Collected into
-    one list (not yielded through every level) and paths made only for what is
-    kept or descended into: this walk covers every string of every rebuilt body.
+    What a Fatal lists: walked only for a body holding a refused reference.
     """
     found: list[tuple[str, str, str]] = [] if out is None else out
     items = node.items() if isinstance(node, dict) else enumerate(node)
@@ -99,36 +96,37 @@ def _strings(
         if isinstance(value, str):
             if _may_hold_a_host(value):
                 found.append((_child(path, node, k), str(k) if isinstance(node, dict) else key, value))
-        elif isinstance(value, dict | list):  # numbers, booleans and null hold no reference
+        elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
             _strings(value, _child(path, node, k), str(k) if isinstance(node, dict) else key, found)
     return found
 
 
+def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]]) -> None:
+    """(nearest map key, text) of each string ``_strings`` finds, without paths: the walk every new body takes.
+
+    A reference counts only when its first segment is a host (``is_host``: a
+    dot, a colon or localhost), so a string with none of them holds none: most
+    strings of a body are passed over without tokenizing them. (Maps and lists
+    in two loops: this walk covers every string of every rebuilt body.)
+    """
+    if isinstance(node, dict):
+        for k, value in node.items():
+            if isinstance(value, str):
+                if "." in value or ":" in value or "localhost" in value.lower():
+                    out.append((str(k), value))
+            elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
+                _texts(value, str(k), out)
+        return
+    for value in node:
+        if isinstance(value, str):
+            if "." in value or ":" in value or "localhost" in value.lower():
+                out.append((key, value))
+        elif isinstance(value, (dict, list)):
+            _texts(value, key, out)
+
+
 def _may_hold_a_host(text: str) -> bool:
     return "." in text or ":" in text or "localhost" in text.lower()
-
-
-def _any_refused(
-    node: dict[str, Any] | list[Any],
-    key: str,
-    hosts: frozenset[str],
-    allowed: tuple[tuple[str, ...], ...],
-    mirrors: Mirrors,
-) -> bool:
-    """Whether a string of ``node`` holds a reference the policies refuse: what ``_strings`` walks, without paths.
-
-    Most bodies hold none, and making the path of every string costs most of the walk.
-    """
-    mapping = isinstance(node, dict)
-    for k, value in node.items() if isinstance(node, dict) else enumerate(node):
-        if isinstance(value, str):
-            if _may_hold_a_host(value) and _refused(str(k) if mapping else key, value, hosts, allowed, mirrors):
-                return True
-        elif isinstance(value, dict | list) and _any_refused(
-            value, str(k) if mapping else key, hosts, allowed, mirrors
-        ):
-            return True
-    return False
 
 
 def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
@@ -137,20 +135,92 @@ def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
     return f"{path}[{k}]"
 
 
-def _references(key: str, text: str, hosts: frozenset[str]) -> Iterator[str]:
-    """The registry references in one string of the output, as written."""
+# One token of a string that could be a registry reference, whatever the
+# policy: (the token as written, its first segment lowercased, whether it
+# counts on any host: not a URL, and under an image-ish key or shaped like
+# ``host/path:tag``). A token counts on a host the stack or a rule names too.
+Held = tuple[str, str, bool]
+
+
+def _tokens(key: str, text: str) -> tuple[Held, ...]:
     imageish = any(word in key.lower() for word in IMAGE_KEYS)
+    out: list[Held] = []
     for token in _TOKEN.findall(text):
         name = bare(token)
         first = name.split("/", 1)[0].lower()
-        if not is_host(first):
-            continue
-        if first in hosts:
-            yield token
-        elif "://" in token:
-            continue  # a URL on an unknown host is not an image (chart repositories are checked apart)
-        elif imageish or (REFERENCE.match(name) and "/" in name and split_reference(name)[1]):
-            yield token
+        if is_host(first):
+            shaped = imageish or bool(REFERENCE.match(name) and "/" in name and split_reference(name)[1])
+            out.append((token, first, shaped and "://" not in token))  # a URL on an unknown host is no image
+    return tuple(out)
+
+
+# What each (nearest key, string) holds, by the string alone: no host list or
+# policy decides it, so a plan for new mirrors or allow-lists tokenizes only
+# the strings it writes, and a rebuilt body is mostly the strings of the
+# generated one (and of the last plan).
+_HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache(
+    "strict string scans", max_entries=65536, max_bytes=8 * MIB
+)
+
+
+def _held(key: str, text: str) -> tuple[Held, ...]:
+    hit = _HELD.get((key, text))
+    if hit is None:
+        hit = _tokens(key, text)
+        _HELD.put((key, text), hit, 96 + len(key) + len(text) + sum(64 + len(t) + len(h) for t, h, _ in hit))
+    return hit
+
+
+def _references(key: str, text: str, hosts: frozenset[str]) -> list[str]:
+    """The registry references in one string of the output, as written."""
+    return [token for token, host, shaped in _held(key, text) if shaped or host in hosts]
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """What one body holds that could be a reference, whatever the policy: each token once."""
+
+    anywhere: tuple[str, ...]  # counts on any host
+    by_host: dict[str, tuple[str, ...]]  # the others, by host: they count where a host list names it
+
+    def refused(self, hosts: frozenset[str], allowed: Callable[[str], bool]) -> bool:
+        return any(not allowed(t) for t in self.anywhere) or any(
+            not allowed(t) for host in self.by_host.keys() & hosts for t in self.by_host[host]
+        )
+
+
+def _candidates(body: dict[str, Any]) -> _Candidates:
+    texts: list[tuple[str, str]] = []
+    _texts(body, "", texts)
+    anywhere: dict[str, None] = {}
+    by_host: dict[str, dict[str, None]] = {}
+    for key, text in texts:
+        for token, host, shaped in _held(key, text):
+            if shaped:
+                anywhere[token] = None
+            else:
+                by_host.setdefault(host, {})[token] = None
+    return _Candidates(tuple(anywhere), {host: tuple(tokens) for host, tokens in by_host.items()})
+
+
+class _Allowed:
+    """``mirrors.allowed`` asked once per reference, or per host where every allowed prefix is a bare host.
+
+    (``registry.under`` holds a reference under a prefix without a slash
+    exactly when its first segment is that prefix, so its host decides.)
+    """
+
+    def __init__(self, mirrors: Mirrors) -> None:
+        self._mirrors = mirrors
+        self._by_host = all("/" not in prefix for p in mirrors.policies for prefix in p.allowed)
+        self._seen: dict[str, bool] = {}
+
+    def __call__(self, ref: str) -> bool:
+        key = bare(ref).split("/", 1)[0] if self._by_host else ref
+        hit = self._seen.get(key)
+        if hit is None:
+            hit = self._seen[key] = self._mirrors.allowed(key)
+        return hit
 
 
 def _image_ref(found: ImageSeen) -> str:
@@ -191,75 +261,64 @@ def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str
         raise InputError(f"registry.strict (set by {', '.join(mirrors.strict_by)}): " + _bounded(problems))
 
 
-# Scans by what decides them: the component the body was made from (the
-# entry holds it, so its id stays its own), the hosts, the policies and what
-# was already reported for it. Components are immutable, and a plan computed
-# for a changed document shares every component it does not change with the
-# last plan (the same objects: generated, or built once per layers and
-# mirrors), so those are not scanned again; a scan costs far more than a lookup.
-_SCANS: BoundedCache[
-    tuple[int, frozenset[str], tuple[tuple[str, ...], ...], frozenset[str]], tuple[object, tuple[tuple[str, str], ...]]
-] = BoundedCache("strict scans", max_entries=4096, max_bytes=4 * MIB)
-
-
-# The references each (nearest key, string) holds that the policies refuse,
-# by what decides them: the hosts and each policy's allowed registries. A
-# rebuilt body is mostly the strings of the generated one (and of the last
-# plan), so few strings are tokenized again.
-_REFUSED: BoundedCache[tuple[str, str, frozenset[str], tuple[tuple[str, ...], ...]], tuple[str, ...]] = BoundedCache(
-    "strict string scans", max_entries=65536, max_bytes=8 * MIB
+# What each body holds that could be a reference, by the component it was
+# made from (the entry holds it, so its id stays its own). Components are
+# immutable, and a plan computed for a changed document or policy shares
+# every component it does not rebuild with the last plan (the same objects:
+# generated, or built once per layers and mirrors): their bodies are not
+# walked again, whatever the hosts and allow-lists are now.
+_SCANS: BoundedCache[int, tuple[Component, _Candidates]] = BoundedCache(
+    "strict scans", max_entries=4096, max_bytes=4 * MIB
 )
 
 
-def _refused(
-    field: str, text: str, hosts: frozenset[str], allowed: tuple[tuple[str, ...], ...], mirrors: Mirrors
-) -> tuple[str, ...]:
-    key = (field, text, hosts, allowed)
-    hit = _REFUSED.get(key)
-    if hit is None:
-        refused = tuple(ref for ref in _references(field, text, hosts) if not mirrors.allowed(ref))
-        hit = _REFUSED.put(key, refused, 64 + len(field) + len(text) + sum(map(len, refused)))
-    return hit
+def _candidates_of(component: Component) -> _Candidates:
+    hit = _SCANS.get(id(component))
+    if hit is not None and hit[0] is component:
+        return hit[1]
+    found = _candidates(component_body(component))
+    size = 256 + sum(64 + len(t) for t in found.anywhere)
+    size += sum(64 + len(h) + sum(64 + len(t) for t in ts) for h, ts in found.by_host.items())
+    return _SCANS.put(id(component), (component, found), size)[1]
 
 
 def _scan(
-    body: dict[str, Any], owner: object, hosts: frozenset[str], mirrors: Mirrors, already: frozenset[str]
-) -> tuple[tuple[str, str], ...]:
+    body: dict[str, Any], hosts: frozenset[str], allowed: Callable[[str], bool], already: frozenset[str]
+) -> list[tuple[str, str]]:
     """(where, reference) of each reference in ``body`` the policies refuse and ``already`` does not cover."""
-    key = (id(owner), hosts, tuple(p.allowed for p in mirrors.policies), already)
-    hit = _SCANS.get(key)
-    if hit is not None and hit[0] is owner:
-        return hit[1]
-    if not _any_refused(body, "", hosts, key[2], mirrors):
-        return _SCANS.put(key, (owner, ()), 256)[1]
     reported, out = set(already), []
     for path, field, text in _strings(body, ""):
-        for ref in _refused(field, text, hosts, key[2], mirrors):
-            if any(ref in r or r in ref for r in reported):
-                continue  # already listed as the reference it is part of
+        for ref in _references(field, text, hosts):
+            if allowed(ref) or any(ref in r or r in ref for r in reported):
+                continue  # allowed, or already listed as the reference it is part of
             out.append((path, ref))
             reported.add(ref)
-    return _SCANS.put(key, (owner, tuple(out)), 256 + sum(len(a) + len(b) for a, b in out))[1]
+    return out
+
+
+def _repository(component: Component) -> str | None:
+    """Its body's ``spec.forProvider.chart.repository``: a Release's chart."""
+    return component.chart.repository if component.is_release and component.chart is not None else None
 
 
 def enforce(
     stack: Stack,
     mirrors: Mirrors,
-    bodies: Iterable[tuple[str, dict[str, Any], object]],
+    components: Iterable[Component],
     known: Iterable[ImageSeen],
     where: dict[str, str],
     documents: int,
 ) -> None:
-    """Raise a Fatal naming every rule and reference a strict policy refuses.
+    """Raise a Fatal naming every rule and reference a strict policy refuses in ``components`` (the managed ones).
 
-    ``bodies`` are (component key, body, the immutable object it was made from): scans are kept by it.
+    A body is made and walked only for a component not seen before, or one holding a refused reference.
     """
-    bodies = list(bodies)
+    components = list(components)
     in_use: list[tuple[str, str]] = [(f.component, f.ref) for f in known if f.ref]
-    for key, body, _ in bodies:
-        repository = get_path(body, "spec.forProvider.chart.repository")
-        if isinstance(repository, str):
-            in_use.append((key, repository))
+    for component in components:
+        repository = _repository(component)
+        if repository is not None:
+            in_use.append((component.key, repository))
     _check_rules(mirrors, where, in_use)
 
     out: dict[str, None] = {}
@@ -271,21 +330,24 @@ def enforce(
         rejected.append(ref)
         reported.setdefault(component, set()).add(ref)
 
+    allowed = _Allowed(mirrors)
     for found in known:
         if found.ref is None:
             out[f"{found.component} {found.where}: no value and no recorded default, so its registry is unknown"] = None
-        elif found.ref and not mirrors.allowed(_image_ref(found)):
+        elif found.ref and not allowed(_image_ref(found)):
             refuse(found.component, found.where, found.ref)
     sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    for key, body, owner in bodies:
-        repository = get_path(body, "spec.forProvider.chart.repository")
-        if isinstance(repository, str) and not mirrors.allowed(repository):
-            refuse(key, "chart", repository)
-        for path, ref in _scan(body, owner, hosts, mirrors, frozenset(reported.get(key, ()))):
-            refuse(key, path, ref)
+    for component in components:
+        repository = _repository(component)
+        if repository is not None and not allowed(repository):
+            refuse(component.key, "chart", repository)
+        if _candidates_of(component).refused(hosts, allowed):
+            already = frozenset(reported.get(component.key, ()))
+            for path, ref in _scan(component_body(component), hosts, allowed, already):
+                refuse(component.key, path, ref)
     if out:
         head = next((p for p in mirrors.policies if any(not p.allows(r) for r in rejected)), mirrors.policies[0])
         lead = "no override document applies to this ServingStack; " if documents == 0 else ""
