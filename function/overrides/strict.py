@@ -101,13 +101,18 @@ def _strings(
     return found
 
 
-def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]]) -> None:
+# What ``_texts`` found under a map, by the map's id: (the map, its (nearest key, text) pairs).
+Shared = dict[int, tuple[dict[str, Any], tuple[tuple[str, str], ...]]]
+
+
+def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]], shared: Shared) -> None:
     """(nearest map key, text) of each string ``_strings`` finds, without paths: the walk every new body takes.
 
     A reference counts only when its first segment is a host (``is_host``: a
     dot, a colon or localhost), so a string with none of them holds none: most
-    strings of a body are passed over without tokenizing them. (Maps and lists
-    in two loops: this walk covers every string of every rebuilt body.)
+    strings of a body are passed over without tokenizing them. A map found in
+    ``shared`` is not walked again. (Maps and lists in two loops: this walk
+    covers every string of every rebuilt body.)
     """
     if isinstance(node, dict):
         for k, value in node.items():
@@ -115,14 +120,48 @@ def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]
                 if "." in value or ":" in value or "localhost" in value.lower():
                     out.append((str(k), value))
             elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
-                _texts(value, str(k), out)
+                _texts_below(value, str(k), out, shared)
         return
     for value in node:
         if isinstance(value, str):
             if "." in value or ":" in value or "localhost" in value.lower():
                 out.append((key, value))
         elif isinstance(value, (dict, list)):
-            _texts(value, key, out)
+            _texts_below(value, key, out, shared)
+
+
+def _texts_below(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]], shared: Shared) -> None:
+    hit = shared.get(id(node))
+    if hit is not None and hit[0] is node:
+        out.extend(hit[1])
+    else:
+        _texts(node, key, out, shared)
+
+
+def _maps(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+    if isinstance(node, dict | list):
+        for value in node.values() if isinstance(node, dict) else node:
+            yield from _maps(value)
+
+
+@cache  # one per generated stack
+def _generated_texts(stack: Stack) -> Shared:
+    """What ``_texts`` finds under each map of the generated components' values and manifests.
+
+    A rebuilt component shares every map its build did not write with the
+    generated one (``tree.copy_along``), so its walk skips those. Generated
+    maps are never written and live as long as the process (held here too),
+    so their ids stay theirs.
+    """
+    shared: Shared = {}
+    for component in stack.components:
+        for node in _maps(component.values if component.is_release else component.manifest):
+            texts: list[tuple[str, str]] = []
+            _texts(node, "", texts, {})
+            shared[id(node)] = (node, tuple(texts))
+    return shared
 
 
 def _may_hold_a_host(text: str) -> bool:
@@ -189,9 +228,9 @@ class _Candidates:
         )
 
 
-def _candidates(body: dict[str, Any]) -> _Candidates:
+def _candidates(body: dict[str, Any], shared: Shared) -> _Candidates:
     texts: list[tuple[str, str]] = []
-    _texts(body, "", texts)
+    _texts(body, "", texts, shared)
     anywhere: dict[str, None] = {}
     by_host: dict[str, dict[str, None]] = {}
     for key, text in texts:
@@ -272,11 +311,11 @@ _SCANS: BoundedCache[int, tuple[Component, _Candidates]] = BoundedCache(
 )
 
 
-def _candidates_of(component: Component) -> _Candidates:
+def _candidates_of(component: Component, shared: Shared) -> _Candidates:
     hit = _SCANS.get(id(component))
     if hit is not None and hit[0] is component:
         return hit[1]
-    found = _candidates(component_body(component))
+    found = _candidates(component_body(component), shared)
     size = 256 + sum(64 + len(t) for t in found.anywhere)
     size += sum(64 + len(h) + sum(64 + len(t) for t in ts) for h, ts in found.by_host.items())
     return _SCANS.put(id(component), (component, found), size)[1]
@@ -340,11 +379,12 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
+    shared = _generated_texts(stack)
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
             refuse(component.key, "chart", repository)
-        if _candidates_of(component).refused(hosts, allowed):
+        if _candidates_of(component, shared).refused(hosts, allowed):
             already = frozenset(reported.get(component.key, ()))
             for path, ref in _scan(component_body(component), hosts, allowed, already):
                 refuse(component.key, path, ref)
