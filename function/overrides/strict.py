@@ -20,7 +20,7 @@ policy must hold:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -114,28 +114,23 @@ def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]
     ``shared`` is not walked again. (Maps and lists in two loops: this walk
     covers every string of every rebuilt body.)
     """
-    if isinstance(node, dict):
+    hit = shared.get(id(node))
+    if hit is not None and hit[0] is node:
+        out.extend(hit[1])
+    elif isinstance(node, dict):
         for k, value in node.items():
             if isinstance(value, str):
                 if "." in value or ":" in value or "localhost" in value.lower():
                     out.append((str(k), value))
             elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
-                _texts_below(value, str(k), out, shared)
-        return
-    for value in node:
-        if isinstance(value, str):
-            if "." in value or ":" in value or "localhost" in value.lower():
-                out.append((key, value))
-        elif isinstance(value, (dict, list)):
-            _texts_below(value, key, out, shared)
-
-
-def _texts_below(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]], shared: Shared) -> None:
-    hit = shared.get(id(node))
-    if hit is not None and hit[0] is node:
-        out.extend(hit[1])
+                _texts(value, str(k), out, shared)
     else:
-        _texts(node, key, out, shared)
+        for value in node:
+            if isinstance(value, str):
+                if "." in value or ":" in value or "localhost" in value.lower():
+                    out.append((key, value))
+            elif isinstance(value, (dict, list)):
+                _texts(value, key, out, shared)
 
 
 def _maps(node: Any) -> Iterator[dict[str, Any]]:
@@ -280,9 +275,12 @@ def _bounded(items: list[str]) -> str:
     return shown + (f"; ... and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
-def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str, str]]) -> None:
+def _check_rules(
+    mirrors: Mirrors, where: dict[str, str], known: Sequence[ImageSeen], components: Sequence[Component]
+) -> None:
     """Every rule of every document, as written, against every policy."""
     problems: list[str] = []
+    in_use: list[tuple[str, str]] | None = None  # (component, reference): made for the first rule refused
     for kind, rule in mirrors.written_rules:
         at = f"{where.get(rule.document, rule.document)}: {_rule_text(kind, rule)}"
         if rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source)):
@@ -290,6 +288,9 @@ def _check_rules(mirrors: Mirrors, where: dict[str, str], in_use: list[tuple[str
             continue
         policy = _outside(mirrors.policies, rule.to)
         if policy is not None:
+            if in_use is None:
+                in_use = [(f.component, f.ref) for f in known if f.ref]
+                in_use += [(c.key, r) for c in components if (r := _repository(c)) is not None]
             refs = sorted({f"{component}: {ref}" for component, ref in in_use if under(bare(ref), bare(rule.to))})
             problems.append(
                 f"{at} maps to {bare(rule.to)}, outside the registries {policy.by} allows "
@@ -352,13 +353,8 @@ def enforce(
 
     A body is made and walked only for a component not seen before, or one holding a refused reference.
     """
-    components = list(components)
-    in_use: list[tuple[str, str]] = [(f.component, f.ref) for f in known if f.ref]
-    for component in components:
-        repository = _repository(component)
-        if repository is not None:
-            in_use.append((component.key, repository))
-    _check_rules(mirrors, where, in_use)
+    components, known = list(components), list(known)
+    _check_rules(mirrors, where, known, components)
 
     out: dict[str, None] = {}
     rejected: list[str] = []
