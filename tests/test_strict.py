@@ -106,7 +106,7 @@ def test_undeclared_paths_on_unknown_hosts_are_caught(values: dict[str, Any], wh
 
 
 def test_a_string_one_allow_list_lets_through_is_refused_under_another() -> None:
-    """What strict found in each string is kept per allow-list: the same bodies, scanned again for a narrower one."""
+    """What strict found in each string is kept whatever the allow-list, and judged again for a narrower one."""
     team = ec(
         "team", {"priority": 99, "components": {"cert-manager": {"values": {"extraArgs": [f"--image={ECR}/x:v1"]}}}}
     )
