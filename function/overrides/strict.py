@@ -172,7 +172,7 @@ def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
 # One token of a string that could be a registry reference, whatever the
 # policy: (the token as written, its first segment lowercased, whether it
 # counts on any host: not a URL, and under an image-ish key or shaped like
-# ``host/path:tag``). A token counts on a host the stack or a rule names too.
+# ``host/path:tag``). Any token counts on a host the stack or a rule names.
 Held = tuple[str, str, bool]
 
 
