@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import itertools
+import weakref
 from typing import Any
 
 import pytest
@@ -129,6 +130,18 @@ def test_a_component_dropped_and_another_made_in_its_place_is_scanned_as_itself(
         assert (message is not None) == bool(i % 2), i
         del component
         gc.collect()
+
+
+def test_a_kept_scan_does_not_keep_its_component_alive() -> None:
+    # A dropped plan's components (whose values a document can make megabytes) go with it.
+    loaded = _stack()
+    base = next(c for c in loaded.components if c.key == "leader-worker-set")
+    component = dataclasses.replace(base, values={"blob": "x" * 1_000_000, "image": "nvcr.io/nvidia/x:v1"})
+    assert _verdict(loaded, _mirrors(*_policies(loaded)[0]), [component]) is None
+    gone = weakref.ref(component)
+    del component
+    gc.collect()
+    assert gone() is None
 
 
 HOSTS = ["a.io", "A.io", "a.io:5000", "b.example", "localhost"]

@@ -20,6 +20,7 @@ policy must hold:
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -302,24 +303,26 @@ def _check_rules(
 
 
 # What each body holds that could be a reference, by the component it was
-# made from (the entry holds it, so its id stays its own). Components are
-# immutable, and a plan computed for a changed document or policy shares
-# every component it does not rebuild with the last plan (the same objects:
-# generated, or built once per layers and mirrors): their bodies are not
-# walked again, whatever the hosts and allow-lists are now.
-_SCANS: BoundedCache[int, tuple[Component, _Candidates]] = BoundedCache(
+# made from. Components are immutable, and a plan computed for a changed
+# document or policy shares every component it does not rebuild with the last
+# plan (the same objects: generated, or built once per layers and mirrors):
+# their bodies are not walked again, whatever the hosts and allow-lists are
+# now. An entry refers to its component weakly: it does not keep a dropped
+# plan's values alive (they can be megabytes), and once the component is gone
+# its id, free for another object, finds nothing.
+_SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedCache(
     "strict scans", max_entries=4096, max_bytes=4 * MIB
 )
 
 
 def _candidates_of(component: Component, shared: Shared) -> _Candidates:
     hit = _SCANS.get(id(component))
-    if hit is not None and hit[0] is component:
+    if hit is not None and hit[0]() is component:
         return hit[1]
     found = _candidates(component_body(component), shared)
     size = 256 + sum(64 + len(t) for t in found.anywhere)
     size += sum(64 + len(h) + sum(64 + len(t) for t in ts) for h, ts in found.by_host.items())
-    return _SCANS.put(id(component), (component, found), size)[1]
+    return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
 
 
 def _scan(
