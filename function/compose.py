@@ -8,6 +8,7 @@ secrets, the gateway fields) around bytes encoded before.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -31,7 +32,8 @@ from function.inputs import ready
 from function.model import IDENTITY_TYPES, Listener, ServingStack
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import Component, Stack
-from function.wire import Resources, Template, string_value, value
+from function.tree import to_struct
+from function.wire import Resources, Template, encoded_struct_value, string_value, value
 
 USAGE_API = "protection.crossplane.io/v1beta1"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
@@ -45,7 +47,8 @@ KUBECONFIG_FILL = "kubeconfig"
 IDENTITY_FILL = "identity"
 _SECRET_FIELDS = ("name", "namespace", "key")
 _PC_NAME = ("spec", "providerConfigRef", "name")
-_MANIFEST = ("spec", "forProvider", "manifest")
+_FOR_PROVIDER = ("spec", "forProvider")
+_MANIFEST = (*_FOR_PROVIDER, "manifest")
 
 HELM_PC = "provider-config-helm"
 KUBERNETES_PC = "provider-config-kubernetes"
@@ -154,10 +157,33 @@ def body_template(planned: Planned) -> Template:
         body["spec"]["managementPolicies"] = ["Observe"]
     if planned.changed_by:
         body["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
-    holes: dict[tuple[str, ...], str] = {_PC_NAME: PC_NAME_FILL}
-    for path, param in component.xr_fields.items():
-        holes[(*_MANIFEST, *path.split("."))] = param
-    return Template(body, holes)
+    if component.xr_fields:
+        # Requests fill fields inside the manifest: encoded whole, around them.
+        holes = {_PC_NAME: PC_NAME_FILL, **{(*_MANIFEST, *p.split(".")): f for p, f in component.xr_fields.items()}}
+        return Template(body, holes)
+    field = "values" if component.is_release else "manifest"
+    content = body["spec"]["forProvider"].pop(field)
+    return _skeleton(body, field).filled({_CONTENT_FILL: encoded_struct_value(to_struct(content))})
+
+
+# The hole a skeleton keeps for its values or manifest (no request fill has
+# this name: theirs name fields and parameters).
+_CONTENT_FILL = "(values or manifest)"
+# Bodies without their values or manifest, by their JSON text. A rebuild
+# (other mirrors, another values patch) changes a component's values, seldom
+# the rest of its body: the skeleton around them is encoded once. Keyed by
+# content, as a rebuilt body is a new object; a few hundred bytes each.
+_SKELETONS: BoundedCache[str, Template] = BoundedCache("body skeletons", max_entries=4096, max_bytes=4 * MIB)
+
+
+def _skeleton(body: dict[str, Any], field: str) -> Template:
+    """``body`` (lacking its ``spec.forProvider.<field>``) with holes for it and the ProviderConfig's name."""
+    key = json.dumps(body, separators=(",", ":"))
+    hit = _SKELETONS.get(key)
+    if hit is None:
+        hit = Template(body, {_PC_NAME: PC_NAME_FILL, (*_FOR_PROVIDER, field): _CONTENT_FILL})
+        _SKELETONS.put(key, hit, hit.size + 2 * len(key))
+    return hit
 
 
 # Overridden component bodies, keyed by identity: a planned component is a

@@ -154,7 +154,7 @@ class Template:
     its own bytes between parts encoded before.
     """
 
-    __slots__ = ("_fills", "_last", "_parts", "size")
+    __slots__ = ("_fills", "_last", "_own", "_parts", "size")
 
     def __init__(self, tree: Mapping[str, Any], holes: Mapping[tuple[str, ...], str] | None = None) -> None:
         """``tree`` (a plain map) encoded, but for the leaves at the paths of ``holes``, each filled by its name.
@@ -196,11 +196,32 @@ class Template:
         flush()
         self._parts = tuple(parts)
         self._fills = tuple(sorted(set(holes.values())))
+        self._own: Mapping[str, bytes] = {}
         self._last: _Entry | None = None
         # What it holds, for the caches keeping templates: its parts, and their last layout's prefixes.
         self.size: int = 2 * sum(len(p) if isinstance(p, bytes) else len(p.key) for p in parts) + sum(
             p.template.size for p in parts if isinstance(p, _Open)
         )
+
+    def filled(self, own: Mapping[str, bytes]) -> Template:
+        """This template with the holes ``own`` names filled once and for all; the others are filled per request.
+
+        The parts are this template's, shared: a body that differs from
+        another only inside one subtree (a rebuilt component's values) is
+        that subtree encoded, put into the other's parts.
+        """
+        out = Template.__new__(Template)
+        out._parts = self._parts
+        out._own = {**self._own, **own}
+        out._fills = tuple(name for name in self._fills if name not in own)
+        out._last = None
+        out.size = self.size + sum(map(len, own.values()))
+        return out
+
+    def _lengths(self, fills: Mapping[str, bytes]) -> dict[str, int]:
+        lengths = {name: len(fill) for name, fill in self._own.items()}
+        lengths.update({name: len(fills[name]) for name in self._fills})
+        return lengths
 
     def _lay_out(self, lengths: Mapping[str, int], out: list[bytes | str]) -> int:
         """Append the encoding's parts to ``out``, with the name of the fill in place of each hole; return its length.
@@ -247,7 +268,7 @@ class Template:
 
     def _entry(self, key: str, fills: Mapping[str, bytes], ready: bool, lengths: tuple[int, ...] | int) -> _Entry:
         body: list[bytes | str] = []
-        size = self._lay_out({name: len(fills[name]) for name in self._fills}, body)
+        size = self._lay_out(self._lengths(fills), body)
         body_head = _MAP_ENTRY + varint(size)
         resource = len(body_head) + size + (len(_READY_TRUE) if ready else 0)
         inner = _entry_key(key) + _ENTRY_VALUE + varint(resource)
@@ -259,8 +280,11 @@ class Template:
         merged: list[bytes] = []
         holes: list[tuple[int, str]] = []
         run: list[bytes] = []
+        own = self._own
         for part in parts:
-            if isinstance(part, str):
+            if isinstance(part, str) and part in own:
+                run.append(own[part])  # filled once: encoded with what surrounds it
+            elif isinstance(part, str):
                 merged.append(b"".join(run))
                 run.clear()
                 holes.append((len(merged), part))
@@ -273,8 +297,9 @@ class Template:
     def encode(self, fills: Mapping[str, bytes]) -> bytes:
         """The Struct filled with ``fills``, encoded (what :meth:`entry` puts into a map entry)."""
         parts: list[bytes | str] = []
-        self._lay_out({name: len(fills[name]) for name in self._fills}, parts)
-        return b"".join(fills[p] if isinstance(p, str) else p for p in parts)
+        self._lay_out(self._lengths(fills), parts)
+        own = self._own
+        return b"".join((own[p] if p in own else fills[p]) if isinstance(p, str) else p for p in parts)
 
 
 _READY_TRUE = _READY + varint(fnv1.READY_TRUE)
