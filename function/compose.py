@@ -148,22 +148,27 @@ def provider_config_usage_key(consumer: str) -> str:
     return f"usage-pc-{consumer}"
 
 
-def body_template(planned: Planned) -> Template:
-    """A planned component's body, with holes for what each request fills in (see render)."""
+def body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+    """A planned component's whole body, and the holes each request fills in it (see render)."""
     component = planned.component
-    body = component_body(component)
+    out = component_body(component)
     if planned.state == UNMANAGED:
         # Keep the Helm release on the cluster; only stop managing it.
-        body["spec"]["managementPolicies"] = ["Observe"]
+        out["spec"]["managementPolicies"] = ["Observe"]
     if planned.changed_by:
-        body["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
-    if component.xr_fields:
-        # Requests fill fields inside the manifest: encoded whole, around them.
-        holes = {_PC_NAME: PC_NAME_FILL, **{(*_MANIFEST, *p.split(".")): f for p, f in component.xr_fields.items()}}
-        return Template(body, holes)
-    field = "values" if component.is_release else "manifest"
-    content = body["spec"]["forProvider"].pop(field)
-    return _skeleton(body, field).filled({_CONTENT_FILL: encoded_struct_value(to_struct(content))})
+        out["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
+    holes = {_PC_NAME: PC_NAME_FILL, **{(*_MANIFEST, *p.split(".")): f for p, f in component.xr_fields.items()}}
+    return out, holes
+
+
+def body_template(planned: Planned) -> Template:
+    """A planned component's body, encoded around its holes: the skeleton kept, its values or manifest put in."""
+    tree, holes = body(planned)
+    if planned.component.xr_fields:
+        return Template(tree, holes)  # requests fill fields inside the manifest: encoded whole, around them
+    field = "values" if planned.component.is_release else "manifest"
+    content = tree["spec"]["forProvider"].pop(field)
+    return _skeleton(tree, field).filled({_CONTENT_FILL: encoded_struct_value(to_struct(content))})
 
 
 # The hole a skeleton keeps for its values or manifest (no request fill has
@@ -176,12 +181,14 @@ _CONTENT_FILL = "(values or manifest)"
 _SKELETONS: BoundedCache[str, Template] = BoundedCache("body skeletons", max_entries=4096, max_bytes=4 * MIB)
 
 
-def _skeleton(body: dict[str, Any], field: str) -> Template:
-    """``body`` (lacking its ``spec.forProvider.<field>``) with holes for it and the ProviderConfig's name."""
-    key = json.dumps(body, separators=(",", ":"))
+def _skeleton(tree: dict[str, Any], field: str) -> Template:
+    """A body lacking its ``spec.forProvider.<field>``, with holes for it and the ProviderConfig's name."""
+    # Equal JSON, equal encoding: it tells apart true, 1 and "1", and -0.0 from 0.0 (NaN, which
+    # no input lets through, would be one text for several encodings).
+    key = json.dumps(tree, separators=(",", ":"))
     hit = _SKELETONS.get(key)
     if hit is None:
-        hit = Template(body, {_PC_NAME: PC_NAME_FILL, (*_FOR_PROVIDER, field): _CONTENT_FILL})
+        hit = Template(tree, {_PC_NAME: PC_NAME_FILL, (*_FOR_PROVIDER, field): _CONTENT_FILL})
         _SKELETONS.put(key, hit, hit.size + 2 * len(key))
     return hit
 

@@ -29,18 +29,22 @@ from google.protobuf.internal import decoder, encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import stack, wire
+from function import compose, stack, wire
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
 from function.offline import RenderError, run_pipeline
+from function.overrides.planned import Planned
 from function.tree import to_struct
 from tests.support.repo import EXAMPLE, load_docs
 from tests.support.xr import make_xr, provider_configs
 
-KEYS = st.text(max_size=6) | st.sampled_from(["name", "namespace", "names", "nam", "", "é", "ée", "e"])
+# Keys that prefix each other, and beyond ASCII (upb orders map entries by their UTF-8 bytes).
+KEYS = st.text(max_size=6) | st.sampled_from(["name", "namespace", "names", "nam", "", "é", "ée", "e", "日本", "😀"])
+# Numbers are doubles: ints past 2**53 round, -0.0 keeps its sign; maps and lists may be empty.
 JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**60), 2**60), st.floats(allow_nan=False, allow_infinity=False),
-              st.text(max_size=10)),
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**60), 2**60), st.integers(-(2**80), 2**80),
+              st.floats(allow_nan=False, allow_infinity=False), st.just(-0.0), st.text(max_size=10),
+              st.just({}), st.just([])),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(KEYS, inner, max_size=4)),
     max_leaves=30,
 )  # fmt: skip
@@ -77,6 +81,26 @@ def test_a_filled_template_is_the_struct_edited_with_protobuf(
     template = wire.Template(tree, holes)
     fills = {name: wire.value(v) for name, v in plain.items()}
     assert template.encode(fills) == _edited(tree, holes, plain).SerializeToString(deterministic=True)
+
+
+@given(TREES, PATHS, st.lists(JSON, min_size=4, max_size=4), st.sets(st.integers(0, 3)))
+def test_holes_filled_once_and_the_rest_per_request_are_the_struct_edited_with_protobuf(
+    tree: dict[str, Any], paths: list[tuple[str, ...]], values: list[Any], once: set[int]
+) -> None:
+    holes = _holes(paths)
+    plain = {f"fill-{i}": v for i, v in enumerate(values)}
+    fills = {name: wire.value(v) for name, v in plain.items()}
+    own = {name: fills[name] for name in holes.values() if int(name.removeprefix("fill-")) in once}
+    template = wire.Template(tree, holes).filled(own)
+    per_request = {name: fill for name, fill in fills.items() if name not in own}
+    expected = _edited(tree, holes, plain)
+    assert template.encode(per_request) == expected.SerializeToString(deterministic=True)
+    encoded = wire.Resources()
+    encoded.add("k", template, per_request, ready=True)
+    message = fnv1.RunFunctionResponse()
+    message.desired.resources["k"].resource.CopyFrom(expected)
+    message.desired.resources["k"].ready = fnv1.READY_TRUE
+    assert wire.serialize(fnv1.RunFunctionResponse(), encoded) == message.SerializeToString(deterministic=True)
 
 
 @given(st.lists(KEYS, max_size=12, unique=True))
@@ -287,6 +311,54 @@ def test_every_stack_scenario_and_observed_state_is_byte_identical(cloud: str, a
         expected = fnv1.RunFunctionResponse.FromString(data)
         expected.meta.tag = "another call"
         assert runner.respond(again) == expected.SerializeToString(deterministic=True), state
+
+
+def _with_mirror_targets(docs: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    out = copy.deepcopy(docs)
+    for doc in out:
+        for rule in doc["data"]["servingStack"].get("registry", {}).get("images", []):
+            rule["to"] = f"{rule['to']}/{suffix}"
+    return out
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
+def test_a_rebuilt_body_encodes_as_its_whole_body_does(
+    cloud: str, accelerator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every component rebuilt for one registry setting, then for another:
+    # their values share what was not written with the generated values,
+    # their skeletons (kept by content) with each other. Each template
+    # encodes as the whole body, encoded afresh, does.
+    built: list[tuple[Planned, wire.Template]] = []
+    real = compose.body_template
+
+    def recording(planned: Planned) -> wire.Template:
+        template = real(planned)
+        built.append((planned, template))
+        return template
+
+    monkeypatch.setattr(compose, "body_template", recording)
+    for target in (f"{cloud}-a", f"{cloud}-b/longer"):
+        if _final_request(cloud, accelerator, _with_mirror_targets(SCENARIOS["regulated-bank"], target)) is None:
+            pytest.skip(f"regulated-bank is refused on {cloud}/{accelerator}")
+    assert sum(1 for planned, _ in built if planned.changed_by) > 1
+    for planned, template in built:
+        names = {compose.PC_NAME_FILL, *planned.component.xr_fields.values()}
+        fills = {name: wire.string_value(f"filled {name}") for name in names}
+        whole = wire.Template(*compose.body(planned))
+        assert template.encode(fills) == whole.encode(fills), planned.component.key
+
+
+def test_skeletons_that_encode_apart_are_kept_apart() -> None:
+    content = wire.value({"kind": "ConfigMap"})
+    for readiness in ({"x": 1}, {"x": True}, {"x": "1"}, {"x": 0.0}, {"x": -0.0}, {"x": 1.5}):
+        skeleton = {"kind": "Object", "spec": {"forProvider": {}, "readiness": readiness}}
+        template = compose._skeleton(copy.deepcopy(skeleton), "manifest").filled({compose._CONTENT_FILL: content})
+        expected = copy.deepcopy(skeleton)
+        expected["spec"]["forProvider"]["manifest"] = {"kind": "ConfigMap"}
+        expected["spec"]["providerConfigRef"] = {"name": "pc"}
+        fills = {compose.PC_NAME_FILL: wire.string_value("pc")}
+        assert template.encode(fills) == to_struct(expected).SerializeToString(deterministic=True), readiness
 
 
 def test_an_earlier_steps_resources_stay_and_ours_replace_their_bodies() -> None:
