@@ -351,8 +351,9 @@ def test_a_rebuilt_body_encodes_as_its_whole_body_does(
 
 def test_skeletons_that_encode_apart_are_kept_apart() -> None:
     content = wire.value({"kind": "ConfigMap"})
-    for readiness in ({"x": 1}, {"x": True}, {"x": "1"}, {"x": 0.0}, {"x": -0.0}, {"x": 1.5}):
-        skeleton = {"kind": "Object", "spec": {"forProvider": {}, "readiness": readiness}}
+    readinesses: list[dict[str, Any]] = [{"x": 1}, {"x": True}, {"x": "1"}, {"x": 0.0}, {"x": -0.0}, {"x": 1.5}]
+    for readiness in readinesses:
+        skeleton: dict[str, Any] = {"kind": "Object", "spec": {"forProvider": {}, "readiness": readiness}}
         template = compose._skeleton(copy.deepcopy(skeleton), "manifest").filled({compose._CONTENT_FILL: content})
         expected = copy.deepcopy(skeleton)
         expected["spec"]["forProvider"]["manifest"] = {"kind": "ConfigMap"}
