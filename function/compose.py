@@ -148,7 +148,7 @@ def provider_config_usage_key(consumer: str) -> str:
     return f"usage-pc-{consumer}"
 
 
-def body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
+def whole_body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
     """A planned component's whole body, and the holes each request fills in it (see render)."""
     component = planned.component
     out = component_body(component)
@@ -163,7 +163,7 @@ def body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], str]]:
 
 def body_template(planned: Planned) -> Template:
     """A planned component's body, encoded around its holes: the skeleton kept, its values or manifest put in."""
-    tree, holes = body(planned)
+    tree, holes = whole_body(planned)
     if planned.component.xr_fields:
         return Template(tree, holes)  # requests fill fields inside the manifest: encoded whole, around them
     field = "values" if planned.component.is_release else "manifest"

@@ -345,7 +345,7 @@ def test_a_rebuilt_body_encodes_as_its_whole_body_does(
     for planned, template in built:
         names = {compose.PC_NAME_FILL, *planned.component.xr_fields.values()}
         fills = {name: wire.string_value(f"filled {name}") for name in names}
-        whole = wire.Template(*compose.body(planned))
+        whole = wire.Template(*compose.whole_body(planned))
         assert template.encode(fills) == whole.encode(fills), planned.component.key
 
 
