@@ -56,30 +56,89 @@ def leaves(node: Any, path: str) -> Iterable[str]:
 
 
 def _layered(
-    base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str, acc: Acc
-) -> dict[str, Any]:
-    """``base`` with each document's patch deep-merged in order, every leaf credited to its document."""
+    base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str
+) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
+    """``base`` with each document's patch deep-merged in order, and each leaf as (document, path) to credit."""
+    credited: list[tuple[str, str]] = []
     for document, patch in layers:
         base = deep_merge(base, patch)
-        for path in leaves(patch, field_name):
-            acc.touch(document, path)
-    return base
+        credited += ((document, path) for path in leaves(patch, field_name))
+    return base, tuple(credited)
 
 
-def _release(
-    comp: Component,
-    acc: Acc,
-    layers: Sequence[tuple[str, dict[str, Any]]],
-    mirrors: Mirrors,
-    found: list[images.ImageSeen],
-) -> Component:
-    values = _layered(comp.values, layers, "values", acc)
+@dataclass(frozen=True)
+class _Layered:
+    """A component under its documents' layers, before any registry setting: where every build with those
+    layers starts, whatever the mirrors."""
+
+    comp: Component
+    body: dict[str, Any]  # its values, or its manifest
+    credited: tuple[tuple[str, str], ...]  # (document, path) of every leaf the layers set, in order
+    # A Release's declared images as read in ``body`` (see images.Reading);
+    # None for an Object, or when writing one image can change what a later
+    # one reads: then each is read as the rewriting reaches it.
+    readings: tuple[images.Reading, ...] | None
+
+
+# Components under their layers, by (generated component, layers): a
+# rebuild for other registry settings reads the layered values' images
+# once, not once per setting. Layer sets in use at once are those of a
+# fleet's documents: far fewer than (layers, registry settings) pairs.
+_LAYERED: BoundedCache[tuple[int, str], _Layered] = BoundedCache(
+    "layered components", max_entries=2048, max_bytes=16 * MIB
+)
+
+
+def _under_layers(
+    stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]], layered: str
+) -> _Layered:
+    """``comp`` under ``layers`` (``layered`` is their JSON), computed once per (component, layers)."""
+    key = (id(comp), layered)  # the entry holds comp, so its id stays its own
+    hit = _LAYERED.get(key)
+    if hit is not None and hit.comp is comp:
+        return hit
+    if comp.is_release:
+        body, credited = _layered(comp.values, layers, "values")
+        readings = tuple(images.read_image(body, img) for img in comp.images) if _reads_apart(comp) else None
+    else:
+        body, credited = _layered(comp.manifest, layers, "manifest")
+        if layers:
+            # Unlike Helm values, a manifest is applied as written: null means
+            # "not there", so deleted keys go rather than travel as nulls.
+            body = drop_nulls(body)
+        readings = None
+    # With layers it holds (at most) a copy of the body, as a changed built
+    # component does; and a few hundred bytes per image read.
+    copied = (sizes(stack)[comp.key] + len(layered)) * PYTHON_FACTOR if layers else 0
+    weight = copied + 256 * (1 + len(comp.images))
+    return _LAYERED.put(key, _Layered(comp, body, credited, readings), weight)
+
+
+def _reads_apart(comp: Component) -> bool:
+    """Whether no declared image's write reaches a path a later image reads (then all can be read first)."""
+
+    def meet(a: str, b: str) -> bool:
+        return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+    for i, img in enumerate(comp.images):
+        written = [p for p in (img.ref, img.registry, img.repository) if p]
+        for later in comp.images[i + 1 :]:
+            if any(meet(w, r) for w in written for r in (later.ref, later.registry, later.repository, later.tag) if r):
+                return False
+    return True
+
+
+def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
+    comp, values = layered.comp, layered.body
+    for document, path in layered.credited:
+        acc.touch(document, path)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
         # deep_merge shares subtrees with the generated values: copy the maps
         # on the way to what the rewriting below may write, and only those.
         values = copy_along(values, _written_paths(comp))
-    for img in comp.images:
-        changes, seen = images.rewrite_values(values, img, mirrors.images, comp.key, f"image {img.name}")
+    for i, img in enumerate(comp.images):
+        reading = images.read_image(values, img) if layered.readings is None else layered.readings[i]
+        changes, seen = images.rewrite_image(values, reading, mirrors.images, comp.key, f"image {img.name}")
         found.append(seen)
         for change in changes:
             acc.touch(change.document, f"values.{change.path}")
@@ -130,18 +189,10 @@ def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
     return chart
 
 
-def _manifest(
-    comp: Component,
-    acc: Acc,
-    layers: Sequence[tuple[str, dict[str, Any]]],
-    mirrors: Mirrors,
-    found: list[images.ImageSeen],
-) -> Component:
-    manifest = _layered(comp.manifest, layers, "manifest", acc)
-    if layers:
-        # Unlike Helm values, a manifest is applied as written: null means
-        # "not there", so deleted keys go rather than travel as nulls.
-        manifest = drop_nulls(manifest)
+def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
+    comp, manifest = layered.comp, layered.body
+    for document, path in layered.credited:
+        acc.touch(document, path)
     # Copy the manifest only when there is something to write into it.
     containers = list(images.pod_containers(manifest))
     rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
@@ -162,7 +213,7 @@ def _manifest(
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.document, f"manifest.{change.path}")
-    return dataclasses.replace(comp, manifest=manifest) if changes or layers else comp
+    return dataclasses.replace(comp, manifest=manifest) if changes or layered.body is not comp.manifest else comp
 
 
 # Built components by what builds them: a changed document recomputes only
@@ -197,7 +248,7 @@ def built(
     if hit is None or hit[0] is not comp:
         noted, seen = Acc(version=acc.version), list[images.ImageSeen]()
         build = _release if comp.is_release else _manifest
-        new = build(comp, noted, layers, mirrors, seen)
+        new = build(_under_layers(stack, comp, layers, layered), noted, mirrors, seen)
         weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])
         hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
     _, new, noted, seen_before = hit

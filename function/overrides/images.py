@@ -149,7 +149,17 @@ def _split_form(values: dict[str, Any], img: ImageRef) -> bool:
     return not (rest and is_host(first))
 
 
-def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, document: str) -> list[Change]:
+def _split(values: dict[str, Any], img: ImageRef) -> tuple[bool, str | None]:
+    """Whether a new name goes to the registry and repository apart, and the repository it then keeps where it can."""
+    if img.ref is None and img.repository is not None and img.registry is not None and _split_form(values, img):
+        return True, _read(values, img, "repository")
+    return False, None
+
+
+def _write_name(
+    values: dict[str, Any], img: ImageRef, name: str, suffix: str, document: str, *, split: tuple[bool, str | None]
+) -> list[Change]:
+    """Write ``name`` (and ``suffix``) at the image's paths; ``split`` is :func:`_split` of the values before."""
     changes: list[Change] = []
 
     def put(path: str, value: Any) -> None:
@@ -158,8 +168,8 @@ def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, d
 
     if img.ref is not None:
         put(img.ref, name + suffix)
-    elif img.repository is not None and img.registry is not None and _split_form(values, img):
-        registry, repository = _split_registry(name, _read(values, img, "repository"))
+    elif img.repository is not None and img.registry is not None and split[0]:
+        registry, repository = _split_registry(name, split[1])
         put(img.registry, registry)
         put(img.repository, repository)
     elif img.repository is not None:
@@ -170,25 +180,55 @@ def _write_name(values: dict[str, Any], img: ImageRef, name: str, suffix: str, d
     return changes
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One declared image as a component's values give it, before any mirror rule: what rewriting it needs.
+
+    It depends on the values alone, never on the registry settings: a component
+    rebuilt for other mirrors is read once (``build``), and rewritten from it.
+    """
+
+    img: ImageRef
+    current: tuple[str, str] | None  # (name, suffix) as the chart composes it; None when unknown
+    qualified: str  # the name with Docker Hub's implicit parts explicit (a prefix on a host as it is)
+    prefix_only: bool  # a registry prefix the chart puts before image names
+    split: tuple[bool, str | None]  # see _split
+
+
+def read_image(values: dict[str, Any], img: ImageRef) -> Reading:
+    """What :func:`rewrite_image` needs of ``values`` for ``img``."""
+    current = image_name(values, img)
+    prefix_only = img.ref is None and img.repository is None
+    if current is None:
+        return Reading(img, None, "", prefix_only, (False, None))
+    name = current[0]
+    qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
+    return Reading(img, current, qualified, prefix_only, _split(values, img))
+
+
+def rewrite_image(
+    values: dict[str, Any], reading: Reading, rules: Rules, key: str, where: str
+) -> tuple[list[Change], ImageSeen]:
+    """Rewrite one declared image, read before (:func:`read_image`), in place, writing it explicitly."""
+    if reading.current is None:
+        # A registry prefix left empty is not in use: the chart's own per-image
+        # registries apply (kube-prometheus-stack's global.imageRegistry).
+        return [], ImageSeen(key, where, "" if reading.prefix_only else None)
+    name, suffix = reading.current
+    qualified, prefix_only = reading.qualified, reading.prefix_only
+    rewrite = rewrite_image_name(rules, qualified)
+    if rewrite is None:
+        return [], ImageSeen(key, where, name + suffix, qualified + suffix, prefix_only)
+    return _write_name(
+        values, reading.img, rewrite.value, suffix, rewrite.rule.document, split=reading.split
+    ), ImageSeen(key, where, rewrite.value + suffix, qualified + suffix, prefix_only)
+
+
 def rewrite_values(
     values: dict[str, Any], img: ImageRef, rules: Rules, key: str, where: str
 ) -> tuple[list[Change], ImageSeen]:
     """Rewrite one declared image of a chart's values in place, writing it explicitly."""
-    current = image_name(values, img)
-    if current is None:
-        # A registry prefix left empty is not in use: the chart's own per-image
-        # registries apply (kube-prometheus-stack's global.imageRegistry).
-        unused = img.ref is None and img.repository is None
-        return [], ImageSeen(key, where, "" if unused else None)
-    name, suffix = current
-    prefix_only = img.ref is None and img.repository is None
-    qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
-    rewrite = rewrite_image_name(rules, qualified)
-    if rewrite is None:
-        return [], ImageSeen(key, where, name + suffix, qualified + suffix, prefix_only)
-    return _write_name(values, img, rewrite.value, suffix, rewrite.rule.document), ImageSeen(
-        key, where, rewrite.value + suffix, qualified + suffix, prefix_only
-    )
+    return rewrite_image(values, read_image(values, img), rules, key, where)
 
 
 def set_image(values: dict[str, Any], img: ImageRef, ref: str, document: str, where: str) -> list[Change]:
@@ -200,7 +240,7 @@ def set_image(values: dict[str, Any], img: ImageRef, ref: str, document: str, wh
             f"{where}: image {img.name} takes only a registry prefix ({img.registry}); "
             "point it at a mirror with registry.images instead"
         )
-    changes = _write_name(values, img, name, "" if img.ref is None else suffix, document)
+    changes = _write_name(values, img, name, "" if img.ref is None else suffix, document, split=_split(values, img))
     if img.ref is None and suffix:
         tag = suffix[1:] if suffix.startswith(":") else None
         if img.tag is None or tag is None:
