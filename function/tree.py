@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -24,8 +24,15 @@ def copy_tree(node: Any) -> Any:
     return node
 
 
-def copy_along(tree: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
-    """``tree`` with a private copy of every map on the way to each dot path, sharing the rest.
+def holders(paths: Iterable[str]) -> tuple[tuple[str, ...], ...]:
+    """The maps holding each dot path, as key sequences, each once (several paths often end in the same one)."""
+    parents = dict.fromkeys(path.rpartition(".")[0] for path in paths if "." in path)
+    return tuple(tuple(parent.split(".")) for parent in parents)
+
+
+def copy_along(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, Any]:
+    """``tree`` with a private copy of every map on the way to each of ``maps`` (:func:`holders` of the dot paths
+    written), sharing the rest.
 
     What writes into the result only at those paths (creating or replacing
     what is below a copied map) leaves ``tree`` as it was: a rebuilt
@@ -35,10 +42,9 @@ def copy_along(tree: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
     """
     root = dict(tree)
     copied = {id(root)}
-    # The maps holding what is written: several paths often end in the same one.
-    for parent in {path.rpartition(".")[0] for path in paths if "." in path}:
+    for parts in maps:
         node = root
-        for part in parent.split("."):
+        for part in parts:
             child = node.get(part)
             if not isinstance(child, dict):
                 break  # what is written below here is created fresh

@@ -20,7 +20,7 @@ from typing import Any
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.stack import ChartRef, Component, Stack
-from function.tree import copy_along, copy_tree
+from function.tree import copy_along, copy_tree, holders
 from function.values import deep_merge, drop_nulls
 
 from . import images
@@ -78,6 +78,7 @@ class _Layered:
     # None for an Object, or when writing one image can change what a later
     # one reads: then each is read as the rewriting reaches it.
     readings: tuple[images.Reading, ...] | None
+    holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_along)
 
 
 # Components under their layers, by (generated component, layers): a
@@ -111,7 +112,8 @@ def _under_layers(
     # component does; and a few hundred bytes per image read.
     copied = (sizes(stack)[comp.key] + len(layered)) * PYTHON_FACTOR if layers else 0
     weight = copied + 256 * (1 + len(comp.images))
-    return _LAYERED.put(key, _Layered(comp, body, credited, readings), weight)
+    written = holders(_written_paths(comp)) if comp.is_release else ()
+    return _LAYERED.put(key, _Layered(comp, body, credited, readings, written), weight)
 
 
 def _reads_apart(comp: Component) -> bool:
@@ -135,7 +137,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
         # deep_merge shares subtrees with the generated values: copy the maps
         # on the way to what the rewriting below may write, and only those.
-        values = copy_along(values, _written_paths(comp))
+        values = copy_along(values, layered.holders)
     for i, img in enumerate(comp.images):
         reading = images.read_image(values, img) if layered.readings is None else layered.readings[i]
         changes, seen = images.rewrite_image(values, reading, mirrors.images, comp.key, f"image {img.name}")
@@ -176,17 +178,16 @@ def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
     chart = comp.chart
     if chart is None:
         return None
-    if acc.version is not None:
-        chart = dataclasses.replace(chart, version=acc.version)
+    changed: dict[str, str] = {} if acc.version is None else {"version": acc.version}
     rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
     if rewrite is not None:
-        chart = dataclasses.replace(chart, repository=rewrite.value)
+        changed["repository"] = rewrite.value
         acc.touch(rewrite.rule.document, "chart.repository")
     # Mirror credentials go only to a chart pulled from a mirror, never upstream.
-    if mirrors.chart_pull_secret and mirrors.charts.mirrored(chart.repository.rstrip("/")):
-        chart = dataclasses.replace(chart, pull_secret_ref=mirrors.chart_pull_secret)
+    if mirrors.chart_pull_secret and mirrors.charts.mirrored(changed.get("repository", chart.repository).rstrip("/")):
+        changed["pull_secret_ref"] = mirrors.chart_pull_secret
         acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
-    return chart
+    return dataclasses.replace(chart, **changed) if changed else chart
 
 
 def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:

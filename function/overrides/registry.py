@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 CATCH_ALL = "*"
 
@@ -55,13 +56,30 @@ class Rules:
         return bool(self.rules)
 
     def mirrored(self, ref: str) -> bool:
-        return any(under(ref, r.to) for r in self.rules)
+        """Whether ``ref`` is under some rule's target (:func:`under` each)."""
+        targets, below = self._targets
+        return ref in targets or ref.startswith(below)
 
     def match(self, ref: str) -> Rule | None:
-        for rule in self.rules:
-            if rule.source == CATCH_ALL or under(ref, rule.source):
+        for rule, source, below in self._sources:
+            if source is None or ref == source or ref.startswith(below):
                 return rule
         return None
+
+    # What under() strips and appends, done once per rule set rather than per
+    # reference (a rebuild for new mirrors matches every image of a stack).
+    @cached_property
+    def _targets(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        targets = [r.to.rstrip("/") for r in self.rules]
+        return frozenset(targets), tuple(f"{t}/" for t in targets)
+
+    @cached_property
+    def _sources(self) -> tuple[tuple[Rule, str | None, str], ...]:
+        """Each rule with its source as :func:`under` compares it (None for the catch-all)."""
+        return tuple(
+            (r, None, "") if r.source == CATCH_ALL else (r, r.source.rstrip("/"), f"{r.source.rstrip('/')}/")
+            for r in self.rules
+        )
 
 
 def rewrite_image_name(rules: Rules, name: str) -> Rewrite | None:
