@@ -9,7 +9,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function import stack
-from function.cache import BoundedCache, caches
+from function.cache import MIB, BoundedCache, caches
 from function.fn import FunctionRunner
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, plan
@@ -77,6 +77,16 @@ def test_distinct_driver_names_do_not_grow_the_usage_cache_past_its_bounds() -> 
         assert fatal(rsp) is None, fatal(rsp)
     assert usages.bytes <= usages.max_bytes and len(usages) <= usages.max_entries
     assert len(usages) > 60  # it did cache them: one Usage pair per pool per request
+
+
+def test_the_readme_memory_figure_is_every_cache_bound() -> None:
+    # Every BoundedCache the runtime makes (module-level, and a runner's own), by name: the README's total.
+    _runner = FunctionRunner()  # its responses cache lives as long as it does
+    bounds = {c.name: c.max_bytes for c in caches() if c.name != "test"}
+    made = sum(p.read_text().count("= BoundedCache(") for p in (REPO / "function").rglob("*.py"))
+    assert len(bounds) == made, sorted(bounds)
+    stated = re.search(r"(\d+) MiB in all", (REPO / "README.md").read_text())
+    assert stated is not None and sum(bounds.values()) == int(stated.group(1)) * MIB
 
 
 def test_no_other_cache_in_the_runtime() -> None:
