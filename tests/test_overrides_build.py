@@ -8,6 +8,9 @@ import hashlib
 import json
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from function import stack
 from function.cache import caches
 from function.model import Accelerator, Cloud
@@ -15,7 +18,7 @@ from function.overrides import Collected, Plan, plan
 from function.overrides.build import Acc, built
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import read_image
-from function.overrides.registry import Mirrors, Rule, Rules
+from function.overrides.registry import CATCH_ALL, Mirrors, Policy, Rule, Rules, bare, under
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
 
@@ -126,3 +129,17 @@ def test_an_image_reading_what_an_earlier_one_wrote_is_read_after_that_write() -
         ]
         assert acc.provenance == {"values.global.registry": "mirrors", "values.a.repository": "mirrors"}
         assert shared.values["global"] == {"registry": "quay.io"}  # the generated values as they were
+
+
+SEGMENTS = st.lists(st.sampled_from(["a", "a.io", "b", "", "*"]), min_size=1, max_size=3).map("/".join)
+
+
+@given(st.lists(SEGMENTS, max_size=4), SEGMENTS)
+def test_rule_sets_and_policies_match_as_under_does(prefixes: list[str], ref: str) -> None:
+    # Rule sets and policies strip their prefixes once per set (a rebuild for
+    # new mirrors matches every image); what they decide is under()'s, prefix by prefix.
+    rules = Rules.of([Rule(p, p, "d") for p in prefixes])
+    assert rules.mirrored(ref) == any(under(ref, p) for p in prefixes)
+    first = next((r for r in rules.rules if r.source == CATCH_ALL or under(ref, r.source)), None)
+    assert rules.match(ref) == first
+    assert Policy("d", "here", tuple(prefixes)).allows(ref) == any(under(bare(ref), p) for p in prefixes)

@@ -37,6 +37,22 @@ def under(ref: str, prefix: str) -> bool:
     return ref == prefix or ref.startswith(prefix + "/")
 
 
+@dataclass(frozen=True)
+class _Prefixes:
+    """Path prefixes stripped once, as :func:`under` compares them: whether a reference is one or below one."""
+
+    exact: frozenset[str]
+    below: tuple[str, ...]
+
+    @classmethod
+    def of(cls, prefixes: Iterable[str]) -> _Prefixes:
+        stripped = [p.rstrip("/") for p in prefixes]
+        return cls(frozenset(stripped), tuple(f"{p}/" for p in stripped))
+
+    def cover(self, ref: str) -> bool:
+        return ref in self.exact or ref.startswith(self.below)
+
+
 def _ordered(rules: Iterable[Rule]) -> tuple[Rule, ...]:
     # Longest prefix first; the catch-all last.
     return tuple(sorted(rules, key=lambda r: (r.source == CATCH_ALL, -len(r.source), r.source)))
@@ -56,9 +72,8 @@ class Rules:
         return bool(self.rules)
 
     def mirrored(self, ref: str) -> bool:
-        """Whether ``ref`` is under some rule's target (:func:`under` each)."""
-        targets, below = self._targets
-        return ref in targets or ref.startswith(below)
+        """Whether ``ref`` is under some rule's target."""
+        return self._targets.cover(ref)
 
     def match(self, ref: str) -> Rule | None:
         for rule, source, below in self._sources:
@@ -69,9 +84,8 @@ class Rules:
     # What under() strips and appends, done once per rule set rather than per
     # reference (a rebuild for new mirrors matches every image of a stack).
     @cached_property
-    def _targets(self) -> tuple[frozenset[str], tuple[str, ...]]:
-        targets = [r.to.rstrip("/") for r in self.rules]
-        return frozenset(targets), tuple(f"{t}/" for t in targets)
+    def _targets(self) -> _Prefixes:
+        return _Prefixes.of(r.to for r in self.rules)
 
     @cached_property
     def _sources(self) -> tuple[tuple[Rule, str | None, str], ...]:
@@ -124,7 +138,11 @@ class Policy:
     allowed: tuple[str, ...]  # host or host/path prefixes, no scheme
 
     def allows(self, ref: str) -> bool:
-        return any(under(bare(ref), prefix) for prefix in self.allowed)
+        return self._allowed.cover(bare(ref))
+
+    @cached_property  # strict asks for every reference of every rebuilt component
+    def _allowed(self) -> _Prefixes:
+        return _Prefixes.of(self.allowed)
 
 
 # ``Policy.by`` of the policy the function Input imposes.
