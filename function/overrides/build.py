@@ -7,6 +7,9 @@ the components it changes, and the others come back as the same objects,
 whose protobuf the renderer (and whose strict scan the strict check) already
 holds. A rebuilt component copies only the maps on the paths it writes
 (:func:`function.tree.copy_along`): the rest stays the generated objects.
+What does not depend on the registry settings (the layered values, the
+images as read in them) is kept by component and layers alone, so new
+mirrors only rewrite.
 """
 
 from __future__ import annotations
