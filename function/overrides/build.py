@@ -23,7 +23,7 @@ from typing import Any
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.stack import ChartRef, Component, Stack
-from function.tree import copy_along, copy_tree, holders
+from function.tree import copy_maps, copy_tree, holders
 from function.values import deep_merge, drop_nulls
 
 from . import images
@@ -81,7 +81,7 @@ class _Layered:
     # None for an Object, or when writing one image can change what a later
     # one reads: then each is read as the rewriting reaches it.
     readings: tuple[images.Reading, ...] | None
-    holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_along)
+    holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_maps)
 
 
 # Components under their layers, by (generated component, layers): a
@@ -140,7 +140,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
         # deep_merge shares subtrees with the generated values: copy the maps
         # on the way to what the rewriting below may write, and only those.
-        values = copy_along(values, layered.holders)
+        values = copy_maps(values, layered.holders)
     for i, img in enumerate(comp.images):
         reading = images.read_image(values, img) if layered.readings is None else layered.readings[i]
         changes, seen = images.rewrite_image(values, reading, mirrors.images, comp.key, f"image {img.name}")
