@@ -99,6 +99,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("apply.py", "_generated"),
         ("build.py", "sizes"),
         ("build.py", "_untouched_by_mirrors"),
+        ("build.py", "_writes"),
         ("strict.py", "stack_hosts"),
         ("strict.py", "_generated_texts"),
     }

@@ -101,9 +101,11 @@ def _under_layers(
     hit = _LAYERED.get(key)
     if hit is not None and hit.comp is comp:
         return hit
+    written: tuple[tuple[str, ...], ...] = ()
     if comp.is_release:
         body, credited = _layered(comp.values, layers, "values")
-        readings = tuple(images.read_image(body, img) for img in comp.images) if _reads_apart(comp) else None
+        written, apart = _writes(stack)[comp.key]
+        readings = tuple(images.read_image(body, img) for img in comp.images) if apart else None
     else:
         body, credited = _layered(comp.manifest, layers, "manifest")
         if layers:
@@ -115,8 +117,14 @@ def _under_layers(
     # component does; and a few hundred bytes per image read.
     copied = (sizes(stack)[comp.key] + len(layered)) * PYTHON_FACTOR if layers else 0
     weight = copied + 256 * (1 + len(comp.images))
-    written = holders(_written_paths(comp)) if comp.is_release else ()
     return _LAYERED.put(key, _Layered(comp, body, credited, readings, written), weight)
+
+
+@cache  # one per generated stack
+def _writes(stack: Stack) -> dict[str, tuple[tuple[tuple[str, ...], ...], bool]]:
+    """Per Release, by key: the maps its image and pull-secret paths go through (for copy_maps), and whether its
+    images can all be read before any is written."""
+    return {c.key: (holders(_written_paths(c)), _reads_apart(c)) for c in stack.components if c.is_release}
 
 
 def _reads_apart(comp: Component) -> bool:
