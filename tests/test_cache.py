@@ -99,7 +99,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("apply.py", "_generated"),
         ("build.py", "sizes"),
         ("build.py", "_untouched_by_mirrors"),
-        ("build.py", "_writes"),
+        ("build.py", "_unlayered"),
         ("strict.py", "stack_hosts"),
         ("strict.py", "_generated_texts"),
     }

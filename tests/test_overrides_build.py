@@ -1,5 +1,5 @@
-"""Building one component: what is kept across registry settings (a component's images as its layers leave
-them) gives, for every setting, what building it afresh gives."""
+"""Building one component: what is kept across registry settings (a generated component's images as read)
+gives, for every setting, what building it afresh gives; a component under layers is read under them."""
 
 from __future__ import annotations
 

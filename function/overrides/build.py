@@ -7,9 +7,8 @@ the components it changes, and the others come back as the same objects,
 whose protobuf the renderer (and whose strict scan the strict check) already
 holds. A rebuilt component copies only the maps on the paths it writes
 (:func:`function.tree.copy_along`): the rest stays the generated objects.
-What does not depend on the registry settings (the layered values, the
-images as read in them) is kept by component and layers alone, so new
-mirrors only rewrite.
+A generated component's images, which do not depend on the registry
+settings, are read once per stack, so new mirrors only rewrite them.
 """
 
 from __future__ import annotations
@@ -71,8 +70,7 @@ def _layered(
 
 @dataclass(frozen=True)
 class _Layered:
-    """A component under its documents' layers, before any registry setting: where every build with those
-    layers starts, whatever the mirrors."""
+    """A component under its documents' layers, before any registry setting: where its builds start."""
 
     comp: Component
     body: dict[str, Any]  # its values, or its manifest
@@ -84,47 +82,39 @@ class _Layered:
     holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_maps)
 
 
-# Components under their layers, by (generated component, layers): a
-# rebuild for other registry settings reads the layered values' images
-# once, not once per setting. Layer sets in use at once are those of a
-# fleet's documents: far fewer than (layers, registry settings) pairs.
-_LAYERED: BoundedCache[tuple[int, str], _Layered] = BoundedCache(
-    "layered components", max_entries=2048, max_bytes=16 * MIB
-)
-
-
-def _under_layers(
-    stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]], layered: str
-) -> _Layered:
-    """``comp`` under ``layers`` (``layered`` is their JSON), computed once per (component, layers)."""
-    key = (id(comp), layered)  # the entry holds comp, so its id stays its own
-    hit = _LAYERED.get(key)
-    if hit is not None and hit.comp is comp:
-        return hit
-    written: tuple[tuple[str, ...], ...] = ()
+def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]]) -> _Layered:
+    """``comp`` under ``layers``: without any, the generated component's, read once per stack."""
+    generated = _unlayered(stack)[comp.key]
+    if not layers:
+        return generated
     if comp.is_release:
         body, credited = _layered(comp.values, layers, "values")
-        written, apart = _writes(stack)[comp.key]
-        readings = tuple(images.read_image(body, img) for img in comp.images) if apart else None
+        readings = None if generated.readings is None else tuple(images.read_image(body, i) for i in comp.images)
     else:
         body, credited = _layered(comp.manifest, layers, "manifest")
-        if layers:
-            # Unlike Helm values, a manifest is applied as written: null means
-            # "not there", so deleted keys go rather than travel as nulls.
-            body = drop_nulls(body)
-        readings = None
-    # With layers it holds (at most) a copy of the body, as a changed built
-    # component does; and a few hundred bytes per image read.
-    copied = (sizes(stack)[comp.key] + len(layered)) * PYTHON_FACTOR if layers else 0
-    weight = copied + 256 * (1 + len(comp.images))
-    return _LAYERED.put(key, _Layered(comp, body, credited, readings, written), weight)
+        # Unlike Helm values, a manifest is applied as written: null means
+        # "not there", so deleted keys go rather than travel as nulls.
+        body, readings = drop_nulls(body), None
+    return _Layered(comp, body, credited, readings, generated.holders)
 
 
 @cache  # one per generated stack
-def _writes(stack: Stack) -> dict[str, tuple[tuple[tuple[str, ...], ...], bool]]:
-    """Per Release, by key: the maps its image and pull-secret paths go through (for copy_maps), and whether its
-    images can all be read before any is written."""
-    return {c.key: (holders(_written_paths(c)), _reads_apart(c)) for c in stack.components if c.is_release}
+def _unlayered(stack: Stack) -> dict[str, _Layered]:
+    """Each component as generated, by key, its images read: what a rebuild for new registry settings starts
+    from when no document patches it, read once rather than once per setting.
+
+    (One under a document's layers is read at each build: a layer set kept
+    for later mirrors would mostly be one its document has since replaced,
+    kept only to weigh on the heap the collector walks.)
+    """
+    out: dict[str, _Layered] = {}
+    for c in stack.components:
+        if c.is_release:
+            readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
+            out[c.key] = _Layered(c, c.values, (), readings, holders(_written_paths(c)))
+        else:
+            out[c.key] = _Layered(c, c.manifest, (), None, ())
+    return out
 
 
 def _reads_apart(comp: Component) -> bool:
@@ -260,7 +250,7 @@ def built(
     if hit is None or hit[0] is not comp:
         noted, seen = Acc(version=acc.version), list[images.ImageSeen]()
         build = _release if comp.is_release else _manifest
-        new = build(_under_layers(stack, comp, layers, layered), noted, mirrors, seen)
+        new = build(_under_layers(stack, comp, layers), noted, mirrors, seen)
         weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])
         hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
     _, new, noted, seen_before = hit
