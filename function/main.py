@@ -31,11 +31,12 @@ from function.xr import parse_xr
 
 
 def _warm_up() -> None:
-    """Load and convert every stack before the first request arrives."""
+    """Load and convert every stack before the first request arrives, then set the collector for serving."""
     for cloud, accelerator in stack.available():
         loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
         if loaded is not None:
             renderer(loaded)
+    server.settle_heap()
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
