@@ -29,7 +29,6 @@ from collections.abc import Sequence
 
 from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from google.protobuf import struct_pb2
 
 from function.inputs import condition
 
@@ -51,9 +50,13 @@ def report(
     rsp: fnv1.RunFunctionResponse,
     warnings: Sequence[str],
     normals: Sequence[str],
-    stack_status: struct_pb2.Struct,
+    *,
+    stack_changed: bool,
 ) -> None:
-    """Set the ``Warnings`` condition; add Warning and Normal results only where they changed."""
+    """Set the ``Warnings`` condition; add Warning and Normal results only where they changed.
+
+    ``stack_changed``: whether the ``status.stack`` this response writes differs from the observed one.
+    """
     message = warnings_message(warnings)
     status = fnv1.STATUS_CONDITION_TRUE if warnings else fnv1.STATUS_CONDITION_FALSE
     reason = "Warnings" if warnings else "NoWarnings"
@@ -65,14 +68,6 @@ def report(
     if not unchanged:
         for warning in warnings:
             response.warning(rsp, warning)
-    if _last_stack(observed) != stack_status:
+    if stack_changed:
         for normal in normals:
             response.normal(rsp, normal)
-
-
-def _last_stack(observed: struct_pb2.Struct) -> struct_pb2.Struct | None:
-    status = observed.fields.get("status")
-    if status is None or status.WhichOneof("kind") != "struct_value":
-        return None
-    stack = status.struct_value.fields.get("stack")
-    return stack.struct_value if stack is not None and stack.WhichOneof("kind") == "struct_value" else None

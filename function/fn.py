@@ -20,6 +20,7 @@ from function.compose import Observed, renderer
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, plain_value, undecodable
 from function.model import Metadata
+from function.overrides import memory
 from function.stack import select_stack
 from function.status import StackStatus, converted_stack_status
 from function.transforms import Transform, apply_transforms
@@ -75,7 +76,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         xr = parse_xr(raw)
         chosen = select_stack(xr)
         legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen.id, chosen.driver_root, xr_name(raw))
-        found = overrides.collect(req, rsp, xr)
+        observed_stack = memory.observed_stack(req)
+        found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:
             return Rendered(rsp, composed)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
@@ -91,7 +93,9 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     _write_composite(rsp, composed, stack_status, _gateway_address(req), pending=bool(pending))
     normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
     warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
-    events.report(req, rsp, warned, normals, stack_status.struct)
+    # Compared serialized: equal deterministic serializations are equal messages (protobuf compares
+    # messages by the same encoding), and the observed one is serialized once per request.
+    events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
     return Rendered(rsp, composed, stack_status.struct)
 
 

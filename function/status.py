@@ -45,9 +45,11 @@ def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, render
 
 @dataclass(frozen=True)
 class StackStatus:
-    """``status.stack`` converted: a Struct (what the observed one is compared with) and a ``Value`` encoded."""
+    """``status.stack`` converted: a Struct, serialized deterministically (what the observed one is compared
+    with), and a ``Value`` encoded."""
 
     struct: struct_pb2.Struct
+    serialized: bytes
     value: bytes
 
 
@@ -67,6 +69,6 @@ def converted_stack_status(
     cached = _CACHE.get(key)
     if cached is None:
         struct = to_struct(stack_status(stack, plan, found, rendered))
-        cached = StackStatus(struct, encoded_struct_value(struct))
-        _CACHE.put(key, cached, struct.ByteSize() * PROTOBUF_FACTOR + len(cached.value))
+        cached = StackStatus(struct, struct.SerializeToString(deterministic=True), encoded_struct_value(struct))
+        _CACHE.put(key, cached, struct.ByteSize() * PROTOBUF_FACTOR + len(cached.serialized) + len(cached.value))
     return cached

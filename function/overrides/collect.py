@@ -258,8 +258,13 @@ def ask(rsp: fnv1.RunFunctionResponse, wanted: list[Requirement]) -> None:
         )
 
 
-def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack) -> Collected | None:
-    """Ask for the override documents; None until Crossplane has supplied them."""
+def collect(
+    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack, observed: bytes | None
+) -> Collected | None:
+    """Ask for the override documents; None until Crossplane has supplied them.
+
+    ``observed``: the observed ``status.stack``, serialized (:func:`function.overrides.memory.observed_stack`).
+    """
     given = parse_input(req)
     wanted = requirements(given.spec if given is not None else InputSpec())
     ask(rsp, wanted)
@@ -287,6 +292,6 @@ def collect(req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: Ser
     context = _context_document(req)
     if context is not None:
         documents[context.name] = context
-    in_force = memory.reconcile(req, xr, documents, warnings)
+    in_force = memory.reconcile(req, xr, documents, warnings, observed)
     policy = given.spec.registry if given is not None else None
     return dataclasses.replace(in_force, policy=policy) if policy is not None else in_force

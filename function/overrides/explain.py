@@ -16,6 +16,7 @@ from function.model import ServingStack
 from function.stack import Component, Stack
 from function.tree import whole_numbers
 
+from . import memory
 from .apply import plan
 from .collect import collect
 from .document import Collected
@@ -103,14 +104,15 @@ Fetch = Callable[[fnv1.ResourceSelector], fnv1.Resources]
 def found_offline(req: fnv1.RunFunctionRequest, xr: ServingStack, fetch: Fetch) -> Collected:
     """Run the requirements exchange once, offline: ask, fetch with ``fetch``, collect."""
     ask = fnv1.RunFunctionResponse()
-    first = collect(req, ask, xr)
+    observed = memory.observed_stack(req)
+    first = collect(req, ask, xr, observed)
     if first is not None:
         return first
     answered = fnv1.RunFunctionRequest()
     answered.CopyFrom(req)
     for name, selector in ask.requirements.resources.items():
         answered.required_resources[name].CopyFrom(fetch(selector))
-    found = collect(answered, fnv1.RunFunctionResponse(), xr)
+    found = collect(answered, fnv1.RunFunctionResponse(), xr, observed)
     assert found is not None, "every requirement was answered"
     return found
 

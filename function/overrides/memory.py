@@ -26,6 +26,7 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.inputs import plain_value
 from function.model import ServingStack
@@ -82,8 +83,47 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
     return remembered
 
 
-def last_reconcile(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
-    """The documents applied at the last reconcile: their names in order, and the content remembered."""
+def observed_stack(req: fnv1.RunFunctionRequest) -> bytes | None:
+    """The observed ``status.stack`` serialized deterministically; None where it is not a map.
+
+    Serialized once per request: the memory is read by it (:func:`last_reconcile`), and
+    :mod:`function.events` compares it with the ``status.stack`` a response writes.
+    """
+    stack = _field(req.observed.composite.resource, "status", "stack")
+    if stack is None or stack.WhichOneof("kind") != "struct_value":
+        return None
+    data: bytes = stack.struct_value.SerializeToString(deterministic=True)
+    return data
+
+
+Remembered = tuple[tuple[str, ...], Mapping[str, Document]]
+
+# The memory read, by the status.stack that holds it: every reconcile of every
+# XR sends back the same status.stack its last response wrote, and reading it
+# (each entry serialized, digested and looked up) would be repeated on each.
+# Keyed by the whole serialized status.stack, so only the same content hits; a
+# memory that is refused raises and is never kept. Distinct in use at once: a
+# few per fleet (one per stack and set of documents), ~5 KB each with the
+# regulated bank's document.
+_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories", max_entries=512, max_bytes=8 * MIB)
+
+
+def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Remembered:
+    """The documents applied at the last reconcile: their names in order, and the content remembered.
+
+    ``observed``: :func:`observed_stack` of ``req``.
+    """
+    if observed is None:
+        return (), {}
+    hit = _MEMORIES.get(observed)
+    if hit is not None:
+        return hit
+    names, documents = _read_memory(req)
+    # The key, and the documents held (kept parsed and as written, as parsed_once weighs them).
+    return _MEMORIES.put(observed, (tuple(names), documents), len(observed) * (1 + 2 * PYTHON_FACTOR))
+
+
+def _read_memory(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
     composite = req.observed.composite.resource
     names = list(_strings(_field(composite, "status", "stack", "environmentConfigs")))
     documents: dict[str, Document] = {}
@@ -105,9 +145,16 @@ def retired_by_annotation(req: fnv1.RunFunctionRequest) -> set[str]:
 
 
 def reconcile(
-    req: fnv1.RunFunctionRequest, xr: ServingStack, delivered: Mapping[str, Document], warnings: list[str]
+    req: fnv1.RunFunctionRequest,
+    xr: ServingStack,
+    delivered: Mapping[str, Document],
+    warnings: list[str],
+    observed: bytes | None,
 ) -> Collected:
-    """The documents in force on this XR: those that apply now, plus those kept from the last reconcile."""
+    """The documents in force on this XR: those that apply now, plus those kept from the last reconcile.
+
+    ``observed``: :func:`observed_stack` of ``req``.
+    """
     tombstones = {n for n, d in delivered.items() if d.doc.retired}
     annotated = retired_by_annotation(req)
     applying = {n: d for n, d in delivered.items() if not d.doc.retired and d.doc.match.matches(xr)}
@@ -117,7 +164,7 @@ def reconcile(
             f"annotation {RETIRE_ANNOTATION} names {label(name)}, which applies: the annotation has no effect "
             "on it; remove the name, or it would silently let go of the document the next time it goes missing"
         )
-    last, remembered = last_reconcile(req)
+    last, remembered = last_reconcile(req, observed)
     for name in last:
         if name in applying:
             continue
