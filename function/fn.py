@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import grpc
 from crossplane.function import logging, response
@@ -18,39 +18,12 @@ from function import events, legacy, overrides, requestlog, wire
 from function.cache import MIB, BoundedCache
 from function.compose import Observed, renderer
 from function.errors import InputError, bounded, excerpt
-from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, plain_value, undecodable
-from function.model import Metadata
+from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
 from function.stack import select_stack
 from function.status import StackStatus, converted_stack_status
 from function.transforms import Transform, apply_transforms
-from function.xr import parse_xr, xr_name
-
-# The metadata the model reads; the rest (managedFields, annotations …) is
-# Kubernetes' and can be large, so it is not converted on every reconcile.
-_METADATA_READ = frozenset(Metadata.model_fields)
-
-
-def _xr_fields(xr: struct_pb2.Struct) -> dict[str, Any]:
-    # Only what the model reads: the observed status (our own last output)
-    # is large and would cost a conversion on every reconcile.
-    fields = xr.fields
-    meta = fields.get("metadata")
-    meta_fields = meta.struct_value.fields if meta is not None and meta.HasField("struct_value") else None
-    named = {
-        k: v.string_value
-        for k, v in (meta_fields.items() if meta_fields is not None else ())
-        if k in ("name", "namespace") and v.HasField("string_value")
-    }
-    name = xr_name({"metadata": named})  # for messages about the metadata itself
-    raw = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind", "spec") if k in fields}
-    if meta_fields is not None:
-        raw["metadata"] = {
-            k: plain_value(v, name, f"metadata.{k}", 2) for k, v in meta_fields.items() if k in _METADATA_READ
-        }
-    elif meta is not None:
-        raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
-    return raw
+from function.xr import observed_xr
 
 
 class Rendered(NamedTuple):
@@ -72,10 +45,9 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     try:
         check_request(req, serialized)
         rsp = _response_to(req)
-        raw = _xr_fields(req.observed.composite.resource)
-        xr = parse_xr(raw)
+        xr, name, cloud_given = observed_xr(req.observed.composite.resource)
         chosen = select_stack(xr)
-        legacy_notes = legacy.notes(xr, "cloud" in raw.get("spec", {}), chosen.id, chosen.driver_root, xr_name(raw))
+        legacy_notes = legacy.notes(xr, cloud_given, chosen.id, chosen.driver_root, name)
         observed_stack = memory.observed_stack(req)
         found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:

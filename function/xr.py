@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from function import legacy
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt
-from function.model import KUBECONFIG, ServingStack
+from function.inputs import plain_value
+from function.model import KUBECONFIG, Metadata, ServingStack, ServingStackSpec
+
+# The metadata the model reads; the rest (managedFields, annotations …) is
+# Kubernetes' and can be large, so it is not converted on every reconcile.
+_METADATA_READ = frozenset(Metadata.model_fields)
 
 
 def xr_name(raw: dict[str, Any]) -> str:
@@ -35,10 +42,66 @@ def _named(name: str, namespace: str) -> str:
 
 def parse_xr(raw: dict[str, Any]) -> ServingStack:
     """The validated XR, with ``spec.cloud`` set (given, or inferred from v0.3.1's fields); InputError otherwise."""
+    name = xr_name(raw)
+    return legacy.resolve(_validated(raw, name), name)
+
+
+def _validated(raw: dict[str, Any], name: str) -> ServingStack:
     try:
         xr = ServingStack.model_validate(raw)
     except ValidationError as err:
-        raise InputError(describe(err, xr_name(raw))) from None
+        raise InputError(describe(err, name)) from None
     if xr.spec.kubeconfig() is None:
-        raise InputError(f"{xr_name(raw)}: spec.secrets: a secret of type {KUBECONFIG} is required")
-    return legacy.resolve(xr, xr_name(raw))
+        raise InputError(f"{name}: spec.secrets: a secret of type {KUBECONFIG} is required")
+    return xr
+
+
+class ObservedXR(NamedTuple):
+    """The ServingStack a request carries, validated and resolved (:func:`parse_xr`)."""
+
+    xr: ServingStack
+    name: str  # ``ServingStack <namespace>/<name>`` for messages (:func:`xr_name`)
+    cloud_given: bool  # spec.cloud is written, not inferred from v0.3.1's fields
+
+
+# Validated specs by their serialized content: an XR's spec is the same on every
+# reconcile (its status and the composed resources are what change), and
+# converting and validating it is most of reading the XR. Exact bytes are the
+# key; a spec refused is never kept, so it is refused again, alike. One entry
+# per ServingStack: ~350 bytes for the example's spec, several KB once
+# Crossplane lists the composed resources under spec.crossplane.resourceRefs.
+_SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs", max_entries=2048, max_bytes=16 * MIB)
+
+
+def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
+    """The observed composite resource read as :func:`parse_xr` reads it: only the fields the model reads
+    are converted (its status, the function's own last output, is large), the spec once per content."""
+    fields = resource.fields
+    meta = fields.get("metadata")
+    meta_fields = meta.struct_value.fields if meta is not None and meta.HasField("struct_value") else None
+    named = {
+        k: v.string_value
+        for k, v in (meta_fields.items() if meta_fields is not None else ())
+        if k in ("name", "namespace") and v.HasField("string_value")
+    }
+    name = xr_name({"metadata": named})  # for messages about the metadata itself
+    raw: dict[str, Any] = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind") if k in fields}
+    spec, key, known = fields.get("spec"), b"", None
+    if spec is not None:
+        key = spec.SerializeToString(deterministic=True)
+        known = _SPECS.get(key)
+        # A spec validated before is taken as it is (pydantic does not validate a model instance again).
+        raw["spec"] = known if known is not None else plain_value(spec, name, "spec")
+    if meta_fields is not None:
+        raw["metadata"] = {
+            k: plain_value(v, name, f"metadata.{k}", 2) for k, v in meta_fields.items() if k in _METADATA_READ
+        }
+    elif meta is not None:
+        raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
+    name = xr_name(raw)
+    validated = _validated(raw, name)
+    if spec is not None and known is None:
+        # The key, and the validated spec: about the plain data's size.
+        _SPECS.put(key, validated.spec, len(key) * (1 + PYTHON_FACTOR))
+    cloud_given = spec is not None and "cloud" in spec.struct_value.fields
+    return ObservedXR(legacy.resolve(validated, name), name, cloud_given)
