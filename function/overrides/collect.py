@@ -19,6 +19,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import Field, ValidationError
 
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
@@ -26,7 +27,7 @@ from function.strictmodel import StrictModel
 from function.xr import name_of
 
 from . import memory
-from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, content_digest, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -136,8 +137,7 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
 
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
     data = item.resource.SerializeToString(deterministic=True)
-    digest = content_digest(data)
-    return parsed_once(digest, lambda: config_document(read_config(item.resource), digest), len(data))
+    return parsed_once("EnvironmentConfig", data, lambda digest: config_document(read_config(item.resource), digest))
 
 
 def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
@@ -177,15 +177,13 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
     if env.WhichOneof("kind") != "struct_value" or DOCUMENT_KEY not in env.struct_value.fields:
         return None
     value: struct_pb2.Value = env.struct_value.fields[DOCUMENT_KEY]
-    data = value.SerializeToString(deterministic=True)
-    digest = content_digest(data)
 
-    def parse() -> tuple[str, Document | None]:
+    def parse(digest: bytes) -> tuple[str, Document | None]:
         body = plain_value(value, f"context {CONTEXT_KEY}", DOCUMENT_KEY, 2)
         doc = validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
         return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, f"context {CONTEXT_KEY}: {DOCUMENT_KEY}", doc, digest, body)
 
-    return parsed_once(digest, parse, len(data))[1]
+    return parsed_once("context", value.SerializeToString(deterministic=True), parse)[1]
 
 
 @dataclass
@@ -258,6 +256,35 @@ def ask(rsp: fnv1.RunFunctionResponse, wanted: list[Requirement]) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """The function Input read, the requirements it makes, and them as a serialized ``Requirements``."""
+
+    given: Input | None
+    wanted: tuple[Requirement, ...]
+    encoded: bytes
+
+
+# The function Input read, by its serialized content (an absent Input reads as
+# an empty one: both are no Input): the Composition's Input arrives unchanged
+# on every request. One per Composition that uses the function.
+_INPUTS: BoundedCache[bytes, _Asked] = BoundedCache("function Inputs", max_entries=64, max_bytes=1 * MIB)
+
+
+def _asked(req: fnv1.RunFunctionRequest) -> _Asked:
+    key = req.input.SerializeToString(deterministic=True)
+    hit = _INPUTS.get(key)
+    if hit is not None:
+        return hit
+    given = parse_input(req)
+    wanted = requirements(given.spec if given is not None else InputSpec())
+    asking = fnv1.RunFunctionResponse()
+    ask(asking, wanted)
+    asked = _Asked(given, tuple(wanted), asking.requirements.SerializeToString(deterministic=True))
+    # The key, the Input parsed (a few times its size), the requirements encoded.
+    return _INPUTS.put(key, asked, len(key) * (1 + PYTHON_FACTOR) + len(asked.encoded))
+
+
 def collect(
     req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, xr: ServingStack, observed: bytes | None
 ) -> Collected | None:
@@ -265,9 +292,9 @@ def collect(
 
     ``observed``: the observed ``status.stack``, serialized (:func:`function.overrides.memory.observed_stack`).
     """
-    given = parse_input(req)
-    wanted = requirements(given.spec if given is not None else InputSpec())
-    ask(rsp, wanted)
+    asked = _asked(req)
+    given, wanted = asked.given, asked.wanted
+    rsp.requirements.MergeFromString(asked.encoded)  # as ask(rsp, wanted) writes them
     if any(r.name not in req.required_resources for r in wanted):
         return None  # the first call: nothing resolved yet
     documents: dict[str, Document] = {}

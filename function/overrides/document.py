@@ -290,7 +290,10 @@ class Collected:
 
 # Parsed documents by serialized content: the same EnvironmentConfig arrives on
 # every reconcile of every XR, and parsing it is most of the layer's cost.
-_PARSED: BoundedCache[bytes, tuple[str, Document | None]] = BoundedCache(
+# Keyed by where the bytes come from (an EnvironmentConfig, the context, the
+# memory: each is read differently) and the bytes themselves, so only the same
+# content hits, and the digest is computed once per parse, not per request.
+_PARSED: BoundedCache[tuple[str, bytes], tuple[str, Document | None]] = BoundedCache(
     "override documents", max_entries=256, max_bytes=16 * MIB
 )
 
@@ -300,12 +303,14 @@ def content_digest(data: bytes) -> bytes:
 
 
 def parsed_once(
-    digest: bytes, parse: Callable[[], tuple[str, Document | None]], size: int
+    source: str, data: bytes, parse: Callable[[bytes], tuple[str, Document | None]]
 ) -> tuple[str, Document | None]:
-    """``parse()``'s (name, document), computed once per content digest; ``size``: the content's bytes."""
-    hit = _PARSED.get(digest)
+    """``parse(content_digest(data))``'s (name, document), computed once per ``source`` and serialized
+    content ``data``."""
+    key = (source, data)
+    hit = _PARSED.get(key)
     if hit is not None:
         return hit
     # Bad input raises: never cached, reported every time. A document is kept
-    # parsed and as written (Document.body): twice its size in Python objects.
-    return _PARSED.put(digest, parse(), 2 * size * PYTHON_FACTOR)
+    # as its key, parsed and as written (Document.body): twice its size in Python objects.
+    return _PARSED.put(key, parse(content_digest(data)), len(data) * (1 + 2 * PYTHON_FACTOR))

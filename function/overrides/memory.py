@@ -31,7 +31,7 @@ from function.errors import InputError
 from function.inputs import plain_value
 from function.model import ServingStack
 
-from .document import DOCUMENT_KEY, Collected, Document, content_digest, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, parsed_once, validate
 
 RETIRE_ANNOTATION = "servingstack.modelplane.ai/retired-environment-configs"
 # Where the memory lives in the XR's status (the XRD must declare it, or the
@@ -69,16 +69,14 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
     if name_value is None or not name_value.string_value or body is None:
         raise InputError(f"ServingStack {MEMORY_FIELD}[{index}]: needs a name and a {DOCUMENT_KEY} document")
     name = name_value.string_value
-    data = entry.SerializeToString(deterministic=True)
-    digest = content_digest(data)
 
-    def parse() -> tuple[str, Document | None]:
+    def parse(digest: bytes) -> tuple[str, Document | None]:
         raw = plain_value(body, f"ServingStack {MEMORY_FIELD}[{index}]", DOCUMENT_KEY, 2)
         where = f"{label(name)} (absent; as remembered in {MEMORY_FIELD})"
         doc = validate(raw, where, DOCUMENT_KEY)
         return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True)
 
-    remembered = parsed_once(digest, parse, len(data))[1]
+    remembered = parsed_once("memory", entry.SerializeToString(deterministic=True), parse)[1]
     assert remembered is not None, "parse() always returns a document"
     return remembered
 
