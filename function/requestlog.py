@@ -12,6 +12,7 @@ runner's internals.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,18 @@ def _field(node: struct_pb2.Struct, *path: str) -> Any:
             return None
         value = value[key]
     return value
+
+
+def _string(node: struct_pb2.Struct, key: str) -> str | None:
+    value = node.fields.get(key)
+    return value.string_value if value is not None and value.WhichOneof("kind") == "string_value" else None
+
+
+def _strings(node: struct_pb2.Struct, key: str) -> tuple[str, ...]:
+    value = node.fields.get(key)
+    if value is None or value.WhichOneof("kind") != "list_value":
+        return ()
+    return tuple(v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value")
 
 
 def logged_xr(req: fnv1.RunFunctionRequest) -> str:
@@ -72,28 +85,37 @@ def summarize(
     resources = len(rsp.desired.resources) if resources is None else resources
     if stack is None:
         stack = _field(rsp.desired.composite.resource, "status", "stack")
-    stack_id = _field(stack, "id") if stack is not None else None
-    documents = _field(stack, "environmentConfigs") if stack is not None else None
     return Summary(
         fatals=tuple(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL),
-        stack_id=stack_id or "-",
-        documents=tuple(documents) if documents is not None else (),
+        stack_id=(_string(stack, "id") if stack is not None else None) or "-",
+        documents=_strings(stack, "environmentConfigs") if stack is not None else (),
         result=outcome(rsp, resources),
         resources=resources,
     )
 
 
 def record(log: Any, req: fnv1.RunFunctionRequest, summary: Summary, seconds: float) -> None:
-    """Log one request: its Fatals at info, the summary line at debug."""
+    """Log one request: its Fatals at info, the summary line at debug (built only where debug is logged)."""
+    log = log.bind()  # get_logger's lazy proxy would assemble a logger again for every line
+    debug = _logs_debug(log)
+    if not summary.fatals and not debug:
+        return
     name = logged_xr(req)
     for message in summary.fatals:
         log.info("Fatal result", xr=name, message=message)
-    log.debug(
-        "RunFunction",
-        xr=name,
-        stack_id=summary.stack_id,  # not "stack": structlog renders that key as a stack trace
-        documents=list(summary.documents),
-        result=summary.result,
-        resources=summary.resources,
-        duration_ms=round(seconds * 1000, 2),
-    )
+    if debug:
+        log.debug(
+            "RunFunction",
+            xr=name,
+            stack_id=summary.stack_id,  # not "stack": structlog renders that key as a stack trace
+            documents=list(summary.documents),
+            result=summary.result,
+            resources=summary.resources,
+            duration_ms=round(seconds * 1000, 2),
+        )
+
+
+def _logs_debug(log: Any) -> bool:
+    """Whether ``log`` logs at debug: a filtering logger (the served function's, at info) says; others log all."""
+    enabled = getattr(log, "is_enabled_for", None)
+    return enabled is None or bool(enabled(logging.DEBUG))
