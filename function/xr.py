@@ -68,9 +68,11 @@ class ObservedXR(NamedTuple):
 # reconcile (its status and the composed resources are what change), and
 # converting and validating it is most of reading the XR. Exact bytes are the
 # key; a spec refused is never kept, so it is refused again, alike. One entry
-# per ServingStack: ~350 bytes for the example's spec, several KB once
-# Crossplane lists the composed resources under spec.crossplane.resourceRefs.
-_SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs", max_entries=2048, max_bytes=16 * MIB)
+# per ServingStack, weighed at 4x its serialized size (the key, and the model
+# about the size of the plain data): ~350 bytes for the example's spec, ~5 KB
+# once Crossplane lists a full stack's ~40 composed resources under
+# spec.crossplane.resourceRefs, so the byte bound holds ~400 such ServingStacks.
+_SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs", max_entries=1024, max_bytes=8 * MIB)
 
 
 def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
