@@ -65,8 +65,9 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     _write_composite(rsp, composed, stack_status, _gateway_address(req), pending=bool(pending))
     normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
     warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
-    # Compared serialized: equal deterministic serializations are equal messages (protobuf compares
-    # messages by the same encoding), and the observed one is serialized once per request.
+    # Compared as deterministic serializations, equal exactly when the messages are (upb compares
+    # them alike: map order aside, bit for bit, unknown fields included); the observed one is
+    # serialized once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
     return Rendered(rsp, composed, stack_status.struct)
 
