@@ -10,6 +10,9 @@ import asyncio
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
+from hypothesis import given
+from hypothesis import strategies as st
 
 from function.events import MESSAGE_MAX, WARNINGS_CONDITION, warnings_message
 from function.offline import RenderResult, run_pipeline
@@ -90,3 +93,42 @@ def test_the_condition_message_is_bounded() -> None:
     message = warnings_message(many)
     assert len(message) <= MESSAGE_MAX
     assert message.endswith("(100 warnings in all)")
+
+
+KEYS = st.text(max_size=3)
+LEAVES = st.one_of(st.none(), st.booleans(), st.floats(), st.text(max_size=3))
+VALUES = st.recursive(
+    LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEYS, inner, max_size=3)), max_leaves=9
+)
+TREES = st.dictionaries(KEYS, VALUES, max_size=5)
+
+
+def _reversed(value: Any) -> Any:
+    """The same tree with every map's keys inserted in the opposite order."""
+    if isinstance(value, dict):
+        return {k: _reversed(value[k]) for k in reversed(list(value))}
+    return [_reversed(v) for v in value] if isinstance(value, list) else value
+
+
+def _struct(tree: dict[str, Any]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    out.update(tree)
+    return out
+
+
+def _serialized(struct: struct_pb2.Struct) -> bytes:
+    data: bytes = struct.SerializeToString(deterministic=True)
+    return data
+
+
+@given(TREES, TREES)
+def test_status_stacks_compare_as_protobuf_compares_them(a: dict[str, Any], b: dict[str, Any]) -> None:
+    # A changed status.stack is told by its deterministic serialization (function.fn.run): equal
+    # exactly when protobuf calls the messages equal, whatever order their maps were filled in,
+    # NaN and -0.0 included.
+    x, same, other = _struct(a), _struct(_reversed(a)), _struct(b)
+    assert (_serialized(x) == _serialized(same)) == (x == same)
+    assert (_serialized(x) == _serialized(other)) == (x == other)
+    assert (_serialized(_struct({"n": 0.0})) == _serialized(_struct({"n": -0.0}))) == (
+        _struct({"n": 0.0}) == _struct({"n": -0.0})
+    )
