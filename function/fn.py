@@ -39,7 +39,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     """Compose one request. Bad input becomes a Fatal result, never an exception.
 
     ``extra`` are a fork's transforms (:mod:`function.transforms`);
-    ``serialized`` is the request serialized, when the caller has it.
+    ``serialized`` is the request serialized deterministically, when the caller has it.
     """
     composed = wire.Resources()
     try:
@@ -48,7 +48,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         xr, name, cloud_given = observed_xr(req.observed.composite.resource)
         chosen = select_stack(xr)
         legacy_notes = legacy.notes(xr, cloud_given, chosen.id, chosen.driver_root, name)
-        observed_stack = memory.observed_stack(req)
+        observed_stack = memory.observed_stack(req, serialized)
         found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:
             return Rendered(rsp, composed)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
@@ -66,8 +66,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
     warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
     # Compared as deterministic serializations, equal exactly when the messages are (upb compares
-    # them alike: map order aside, bit for bit, unknown fields included); the observed one is
-    # serialized once per request.
+    # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
+    # once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
     return Rendered(rsp, composed, stack_status.struct)
 

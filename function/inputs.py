@@ -220,25 +220,31 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def _field_at(data: bytes, pos: int, end: int) -> tuple[int, int, int, int]:
+    """The field at ``pos``: (number, wire type, start, stop); ``data[start:stop]`` is a length-delimited
+    field's payload, and ``stop`` is where the next field starts."""
+    tag, pos = _varint(data, pos)
+    wire = tag & 7
+    if wire == _VARINT:
+        _, pos = _varint(data, pos)
+        return tag >> 3, wire, pos, pos
+    if wire == _LENGTH:
+        length, pos = _varint(data, pos)
+        if pos + length > end:
+            raise DecodeError("truncated field")
+        return tag >> 3, wire, pos, pos + length
+    if wire in (_FIXED64, _FIXED32):
+        pos += 8 if wire == _FIXED64 else 4
+        return tag >> 3, wire, pos, pos
+    raise DecodeError(f"wire type {wire}")
+
+
 def _spans(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
     """(field number, start, end) of each length-delimited field in ``data[pos:end]``; other wire types skipped."""
     while pos < end:
-        tag, pos = _varint(data, pos)
-        wire = tag & 7
-        if wire == _VARINT:
-            _, pos = _varint(data, pos)
-        elif wire == _FIXED64:
-            pos += 8
-        elif wire == _FIXED32:
-            pos += 4
-        elif wire == _LENGTH:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise DecodeError("truncated field")
-            yield tag >> 3, pos, pos + length
-            pos += length
-        else:
-            raise DecodeError(f"wire type {wire}")
+        number, wire, start, pos = _field_at(data, pos, end)
+        if wire == _LENGTH:
+            yield number, start, pos
 
 
 def _payloads(data: bytes, pos: int, end: int, number: int) -> Iterator[tuple[int, int]]:
@@ -356,3 +362,45 @@ def decode_request(data: bytes) -> fnv1.RunFunctionRequest | Refused:
             pass
         return Refused(req, undecodable(data, err))
     return decoded
+
+
+# --------------------------------------------------------------------------- #
+# Parts of a request serialized deterministically
+# --------------------------------------------------------------------------- #
+
+
+def _first(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
+    """The span of the first length-delimited field ``number`` in ``data[pos:end]``."""
+    while pos < end:
+        found, wire, start, pos = _field_at(data, pos, end)
+        if found == number and wire == _LENGTH:
+            return start, pos
+    return None
+
+
+def _map_value(data: bytes, pos: int, end: int, key: bytes) -> tuple[int, int] | None:
+    """The span of the ``Value`` under ``key`` in a serialized Struct's map entries (field 1: key 1, value 2)."""
+    while pos < end:
+        number, wire, start, pos = _field_at(data, pos, end)
+        if number != 1 or wire != _LENGTH:
+            continue
+        name = _first(data, start, pos, 1)
+        if name is not None and data[name[0] : name[1]] == key:
+            return _first(data, start, pos, 2)
+    return None
+
+
+def observed_status(data: bytes, key: str) -> bytes | None:
+    """The observed composite's ``status.<key>`` map as ``data``, a request serialized deterministically,
+    holds it: the very bytes that map serialized alone deterministically gives (a field's payload is its
+    message's own encoding). None where ``status`` or ``status.<key>`` is not a map.
+
+    Slicing costs a walk over a few fields; serializing the map again would cost its whole size.
+    """
+    span = _first(data, 0, len(data), 2)  # RunFunctionRequest.observed
+    steps: tuple[int | bytes, ...] = (1, 1, b"status", 5, key.encode(), 5)  # composite, resource, ..., struct_value
+    for step in steps:
+        if span is None:
+            return None
+        span = _map_value(data, *span, step) if isinstance(step, bytes) else _first(data, *span, step)
+    return data[span[0] : span[1]] if span is not None else None

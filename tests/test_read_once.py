@@ -10,9 +10,12 @@ import copy
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from hypothesis import given
+from hypothesis import strategies as st
 
 from function.cache import caches
 from function.fn import FunctionRunner
+from function.overrides import memory
 from function.overrides.collect import DEFAULT_REQUIREMENT
 from tests.support.overrides import ec
 from tests.support.requests import fatal, request
@@ -129,3 +132,25 @@ def test_each_function_input_makes_its_own_requirements_and_a_bad_one_is_refused
         fatal(rendered) is None
         and "hold" in rendered.desired.composite.resource["status"]["stack"]["environmentConfigs"]
     )
+
+
+KEYS = st.sampled_from(["stack", "stacks", "stac", "gateway", "conditions", "", "zz"])
+LEAVES = st.one_of(st.none(), st.booleans(), st.floats(), st.text(max_size=3))
+VALUES = st.recursive(
+    LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(KEYS, inner, max_size=3)), max_leaves=9
+)
+STACKS = st.fixed_dictionaries(
+    {"stack": st.dictionaries(KEYS, VALUES, max_size=4)}, optional={"gateway": VALUES, "zz": VALUES, "stac": VALUES}
+)
+STATUSES = st.one_of(VALUES, st.dictionaries(KEYS, VALUES, max_size=5), STACKS)
+
+
+@given(STATUSES, st.dictionaries(KEYS, VALUES, max_size=2))
+def test_the_observed_status_stack_is_sliced_from_the_request_as_serializing_it_gives(
+    status: Any, beside: dict[str, Any]
+) -> None:
+    # fn.run takes status.stack from the request's serialization rather than serializing it again.
+    xr = {**make_xr("EKS"), **{k: v for k, v in beside.items() if k}, "status": status}
+    req = request(xr)
+    serialized = req.SerializeToString(deterministic=True)
+    assert memory.observed_stack(req, serialized) == memory.observed_stack(req)

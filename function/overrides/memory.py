@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
-from function.inputs import plain_value
+from function.inputs import observed_status, plain_value
 from function.model import ServingStack
 
 from .document import DOCUMENT_KEY, Collected, Document, parsed_once, validate
@@ -81,12 +81,15 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
     return remembered
 
 
-def observed_stack(req: fnv1.RunFunctionRequest) -> bytes | None:
+def observed_stack(req: fnv1.RunFunctionRequest, serialized: bytes | None = None) -> bytes | None:
     """The observed ``status.stack`` serialized deterministically; None where it is not a map.
 
-    Serialized once per request: the memory is read by it (:func:`last_reconcile`), and
-    :mod:`function.events` compares it with the ``status.stack`` a response writes.
+    Taken from ``serialized`` (``req`` serialized deterministically) when the caller has it. Read once
+    per request: the memory is kept by it (:func:`last_reconcile`), and :func:`function.fn.run` compares
+    it with the ``status.stack`` a response writes.
     """
+    if serialized is not None:
+        return observed_status(serialized, "stack")
     stack = _field(req.observed.composite.resource, "status", "stack")
     if stack is None or stack.WhichOneof("kind") != "struct_value":
         return None
