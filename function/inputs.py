@@ -225,18 +225,18 @@ def _field_at(data: bytes, pos: int, end: int) -> tuple[int, int, int, int]:
     field's payload, and ``stop`` is where the next field starts."""
     tag, pos = _varint(data, pos)
     wire = tag & 7
-    if wire == _VARINT:
-        _, pos = _varint(data, pos)
-        return tag >> 3, wire, pos, pos
     if wire == _LENGTH:
         length, pos = _varint(data, pos)
         if pos + length > end:
             raise DecodeError("truncated field")
         return tag >> 3, wire, pos, pos + length
-    if wire in (_FIXED64, _FIXED32):
+    if wire == _VARINT:
+        _, pos = _varint(data, pos)
+    elif wire in (_FIXED64, _FIXED32):
         pos += 8 if wire == _FIXED64 else 4
-        return tag >> 3, wire, pos, pos
-    raise DecodeError(f"wire type {wire}")
+    else:
+        raise DecodeError(f"wire type {wire}")
+    return tag >> 3, wire, pos, pos
 
 
 def _spans(data: bytes, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
@@ -370,23 +370,29 @@ def decode_request(data: bytes) -> fnv1.RunFunctionRequest | Refused:
 
 
 def _first(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | None:
-    """The span of the first length-delimited field ``number`` in ``data[pos:end]``."""
+    """The span of the first length-delimited field ``number`` (below 16: a one-byte tag) in ``data[pos:end]``."""
+    wanted = number << 3 | _LENGTH
     while pos < end:
-        found, wire, start, pos = _field_at(data, pos, end)
-        if found == number and wire == _LENGTH:
-            return start, pos
+        if data[pos] != wanted:
+            _, _, _, pos = _field_at(data, pos, end)
+            continue
+        length, start = _varint(data, pos + 1)
+        if start + length > end:
+            raise DecodeError("truncated field")
+        return start, start + length
     return None
 
 
 def _map_value(data: bytes, pos: int, end: int, key: bytes) -> tuple[int, int] | None:
     """The span of the ``Value`` under ``key`` in a serialized Struct's map entries (field 1: key 1, value 2)."""
     while pos < end:
-        number, wire, start, pos = _field_at(data, pos, end)
-        if number != 1 or wire != _LENGTH:
-            continue
-        name = _first(data, start, pos, 1)
+        entry = _first(data, pos, end, 1)
+        if entry is None:
+            return None
+        name = _first(data, *entry, 1)
         if name is not None and data[name[0] : name[1]] == key:
-            return _first(data, start, pos, 2)
+            return _first(data, name[1], entry[1], 2)
+        pos = entry[1]
     return None
 
 
