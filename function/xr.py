@@ -92,7 +92,7 @@ def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
     if spec is not None:
         key = spec.SerializeToString(deterministic=True)
         known = _SPECS.get(key)
-        # A spec validated before is taken as it is (pydantic does not validate a model instance again).
+        # A spec validated before is taken as it is: pydantic does not validate a model instance's fields again.
         raw["spec"] = known if known is not None else plain_value(spec, name, "spec")
     if meta_fields is not None:
         raw["metadata"] = {
