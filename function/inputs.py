@@ -404,7 +404,8 @@ def observed_status(data: bytes, key: str) -> bytes | None:
     Slicing costs a walk over a few fields; serializing the map again would cost its whole size.
     """
     span = _first(data, 0, len(data), 2)  # RunFunctionRequest.observed
-    steps: tuple[int | bytes, ...] = (1, 1, b"status", 5, key.encode(), 5)  # composite, resource, ..., struct_value
+    # State.composite, Resource.resource, the XR's status, as a map (Value.struct_value), its key, as a map.
+    steps: tuple[int | bytes, ...] = (1, 1, b"status", 5, key.encode(), 5)
     for step in steps:
         if span is None:
             return None
