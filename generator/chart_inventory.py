@@ -1,9 +1,9 @@
 """Chart inventories: what the repository keeps from the pinned Helm chart sources.
 
-``python -m generator.chart_inventory --charts DIR --out facts/charts`` reads
-every chart source folder under DIR (``<chart>-<version>/`` with ``Chart.yaml``,
-``values.yaml`` and ``templates/``) and writes one
-``<chart>-<version>.yaml`` per folder:
+:func:`inventories` reads every chart source folder under a directory
+(``<chart>-<version>/`` with ``Chart.yaml``, ``values.yaml`` and
+``templates/``) and makes one ``<chart>-<version>.yaml`` per folder, which
+``./dev refresh`` (:mod:`generator.refresh`) writes to ``facts/charts/``:
 
 - ``chart``, ``version``, ``appVersion``, ``source`` (the folder's ``SOURCE`` line);
 - ``values``: the chart's default values, each dependency's defaults nested
@@ -25,18 +25,13 @@ a parity test regenerates them where the sources exist.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 
 from function.values import deep_merge
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "facts" / "charts"
 
 #: ``<chart>-<version>`` folder names; the version is the release the sources were read at.
 _FOLDER = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)$")
@@ -223,8 +218,8 @@ def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
 
 def render(data: dict[str, Any]) -> str:
     header = (
-        "# Chart inventory written by `python -m generator.chart_inventory` from the chart's pinned sources;\n"
-        "# do not edit. Refresh with `./dev refresh`.\n"
+        "# Chart inventory written by `./dev refresh` (generator/chart_inventory.py) from the chart's pinned sources;\n"
+        "# do not edit.\n"
     )
     body: str = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120, allow_unicode=True)
     return header + body
@@ -238,31 +233,3 @@ def inventories(charts_dir: Path) -> dict[str, str]:
     for folder in sorted(p for p in charts_dir.iterdir() if p.is_dir()):
         files[f"{folder.name}.yaml"] = render(inventory(folder, charts_dir))
     return files
-
-
-def write(charts_dir: Path, out: Path) -> list[str]:
-    """Write the inventories, removing stale ones; the names written."""
-    files = inventories(charts_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in {p.name for p in out.glob("*.yaml")} - set(files):
-        (out / stale).unlink()
-    for name, text in files.items():
-        (out / name).write_text(text)
-    return sorted(files)
-
-
-@click.command()
-@click.option("--charts", "charts_dir", type=click.Path(path_type=Path), default=REPO.parent / "shared" / "charts")
-@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_OUT, show_default=True)
-def main(charts_dir: Path, out: Path) -> None:
-    """Write facts/charts/ from chart source folders."""
-    try:
-        names = write(charts_dir, out)
-    except (InventoryError, OSError, yaml.YAMLError) as err:
-        click.echo(f"chart_inventory: {err}", err=True)
-        sys.exit(2)
-    click.echo(f"wrote {len(names)} chart inventories to {out}")
-
-
-if __name__ == "__main__":
-    main()

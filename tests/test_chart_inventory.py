@@ -101,13 +101,6 @@ def test_folder_name_must_carry_the_version(tmp_path: Path) -> None:
         ci.inventories(tmp_path)
 
 
-def test_write_removes_stale_inventories(charts: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
-    out = tmp_path_factory.mktemp("out")
-    _write(out / "gone-0.1.0.yaml", "chart: gone\n")
-    assert ci.write(charts, out) == ["app-1.2.3.yaml", "lib-2.0.0.yaml"]
-    assert sorted(p.name for p in out.iterdir()) == ["app-1.2.3.yaml", "lib-2.0.0.yaml"]
-
-
 def test_kept_inventories_name_their_chart_and_version() -> None:
     files = sorted(FACTS.glob("*.yaml"))
     assert len(files) >= 12

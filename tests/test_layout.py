@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -81,18 +82,37 @@ def test_the_bench_and_the_test_rig_it_uses_need_no_dev_toolchain() -> None:
 # skip where they are absent); a fresh clone has none, so nothing the build,
 # the function or its data rely on may point there, not even a comment citing
 # a fact: a fact names its upstream file, or the facts/ file that keeps it.
-REFERENCE_DIR = "../shared"
-MAY_NAME_THE_REFERENCE_DIR = {"generator/refresh.py"}
+# Named as a relative path, or built from a parent directory and its name.
+REFERENCE_DIR = re.compile(r"\.\./shared\b|/\s*[\"']shared[\"']")
+MAY_NAME_THE_REFERENCE_DIR = {
+    "generator/refresh.py",  # the refresh command: DEFAULT_SHARED
+    "tests/support/parity.py",  # the parity tests' one way there, skipping where it is absent
+    "tests/test_facts.py",  # parity tests
+    "tests/test_aicr_recipes.py",  # parity tests
+    "tests/test_layout.py",  # this guard
+}
 
 
-def test_only_the_refresh_command_names_the_reference_directory() -> None:
+def test_only_the_refresh_command_and_parity_tests_name_the_reference_directory() -> None:
     folders = ("function", "generator", "upgrading", "stacks", "facts", "schema", "docs", "example", "package")
     naming = sorted(
         rel
-        for folder in folders
+        for folder in (*folders, "tests", "bench")
         for p in (REPO / folder).rglob("*")
         if p.is_file()
+        and "__pycache__" not in p.parts
         and (rel := str(p.relative_to(REPO))) not in MAY_NAME_THE_REFERENCE_DIR
-        and REFERENCE_DIR in p.read_text(errors="replace")
+        and REFERENCE_DIR.search(p.read_text(errors="replace"))
     )
     assert naming == []
+
+
+def test_parity_tests_reach_the_reference_sources_through_one_helper() -> None:
+    """``DEFAULT_SHARED`` is refresh's default; tests take it only through ``parity.reference_source``, which skips."""
+    taking = sorted(
+        str(p.relative_to(REPO))
+        for folder in ("tests", "bench", "upgrading", "function")
+        for p in (REPO / folder).rglob("*.py")
+        if "DEFAULT_SHARED" in p.read_text() and p.name not in ("parity.py", "test_layout.py")
+    )
+    assert taking == []

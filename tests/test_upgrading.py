@@ -14,7 +14,7 @@ from function.bodies import USAGE_CONSUMER_LABEL
 from function.compose import provider_config_usage_key
 from function.model import Accelerator, Cloud
 from function.values import deep_merge
-from generator.refresh import DEFAULT_SHARED
+from tests.support.parity import reference_source
 from tests.support.repo import REPO
 from upgrading import compare as upgrading
 
@@ -118,14 +118,11 @@ def test_the_crossplane_minimum_is_the_packages_constraint() -> None:
     assert package["spec"]["crossplane"]["version"] == f">={minimum}-0"
 
 
-UPSTREAM = DEFAULT_SHARED / "UPSTREAM.md"
-
-
-@pytest.mark.skipif(not UPSTREAM.is_file(), reason=f"{UPSTREAM} absent: the facts are checked where it exists")
-def test_v031_facts_are_upstream_md_s_table() -> None:
+def test_parity_v031_facts_are_upstream_md_s_table() -> None:
+    upstream = reference_source("UPSTREAM.md")
     rows = [
         [cell.strip() for cell in line.strip().strip("|").split("|")]
-        for line in UPSTREAM.read_text().splitlines()
+        for line in upstream.read_text().splitlines()
         if line.startswith("| ") and not line.startswith("| key") and not line.startswith("|---")
     ]
     table = {r[0]: r for r in rows}
