@@ -45,7 +45,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     try:
         check_request(req, serialized)
         rsp = _response_to(req)
-        xr, name, cloud_given = observed_xr(req.observed.composite.resource)
+        xr, name, cloud_given = observed_xr(req.observed.composite.resource, serialized)
         chosen = select_stack(xr)
         legacy_notes = legacy.notes(xr, cloud_given, chosen.id, chosen.driver_root, name)
         observed_stack = memory.observed_stack(req, serialized)

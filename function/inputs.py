@@ -396,18 +396,17 @@ def _map_value(data: bytes, pos: int, end: int, key: bytes) -> tuple[int, int] |
     return None
 
 
-def observed_status(data: bytes, key: str) -> bytes | None:
-    """The observed composite's ``status.<key>`` map as ``data``, a request serialized deterministically,
-    holds it: the very bytes that map serialized alone deterministically gives (a field's payload is its
-    message's own encoding). None where ``status`` or ``status.<key>`` is not a map.
+def observed_map(data: bytes, *keys: str) -> bytes | None:
+    """The observed composite's map at ``keys`` (``"spec"``; ``"status", "stack"``) as ``data``, a request
+    serialized deterministically, holds it: the very bytes that map serialized alone deterministically
+    gives (a field's payload is its message's own encoding). None where a step is not a map.
 
     Slicing costs a walk over a few fields; serializing the map again would cost its whole size.
     """
     span = _first(data, 0, len(data), 2)  # RunFunctionRequest.observed
-    # State.composite, Resource.resource, the XR's status, as a map (Value.struct_value), its key, as a map.
-    steps: tuple[int | bytes, ...] = (1, 1, b"status", 5, key.encode(), 5)
-    for step in steps:
-        if span is None:
-            return None
-        span = _map_value(data, *span, step) if isinstance(step, bytes) else _first(data, *span, step)
+    span = _first(data, *span, 1) if span is not None else None  # State.composite
+    span = _first(data, *span, 1) if span is not None else None  # Resource.resource: the XR, a Struct
+    for key in keys:  # each key's Value, holding a map (Value.struct_value)
+        span = _map_value(data, *span, key.encode()) if span is not None else None
+        span = _first(data, *span, 5) if span is not None else None
     return data[span[0] : span[1]] if span is not None else None

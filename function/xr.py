@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from function import legacy
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt
-from function.inputs import plain_value
+from function.inputs import observed_map, plain_value
 from function.model import KUBECONFIG, Metadata, ServingStack, ServingStackSpec
 
 # The metadata the model reads; the rest (managedFields, annotations …) is
@@ -75,9 +75,13 @@ class ObservedXR(NamedTuple):
 _SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs", max_entries=1024, max_bytes=8 * MIB)
 
 
-def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
+def observed_xr(resource: struct_pb2.Struct, serialized: bytes | None = None) -> ObservedXR:
     """The observed composite resource read as :func:`parse_xr` reads it: only the fields the model reads
-    are converted (its status, the function's own last output, is large), the spec once per content."""
+    are converted (its status, the function's own last output, is large), the spec once per content.
+
+    ``serialized``: the request carrying ``resource`` serialized deterministically, when the caller has
+    it; the spec's bytes are sliced from it rather than serialized again.
+    """
     fields = resource.fields
     meta = fields.get("metadata")
     meta_fields = meta.struct_value.fields if meta is not None and meta.HasField("struct_value") else None
@@ -88,10 +92,14 @@ def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
     }
     name = xr_name({"metadata": named})  # for messages about the metadata itself
     raw: dict[str, Any] = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind") if k in fields}
-    spec, key, known = fields.get("spec"), b"", None
+    spec, key, known = fields.get("spec"), None, None
     if spec is not None:
-        key = spec.SerializeToString(deterministic=True)
-        known = _SPECS.get(key)
+        # Only a map can be a valid spec, and only a valid one is kept.
+        if serialized is not None:
+            key = observed_map(serialized, "spec")
+        elif spec.HasField("struct_value"):
+            key = spec.struct_value.SerializeToString(deterministic=True)
+        known = _SPECS.get(key) if key is not None else None
         # A spec validated before is taken as it is: pydantic does not validate a model instance's fields again.
         raw["spec"] = known if known is not None else plain_value(spec, name, "spec")
     if meta_fields is not None:
@@ -102,7 +110,7 @@ def observed_xr(resource: struct_pb2.Struct) -> ObservedXR:
         raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
     name = xr_name(raw)
     validated = _validated(raw, name)
-    if spec is not None and known is None:
+    if key is not None and known is None:
         # The key, and the validated spec: about the plain data's size.
         _SPECS.put(key, validated.spec, len(key) * (1 + PYTHON_FACTOR))
     cloud_given = spec is not None and "cloud" in spec.struct_value.fields

@@ -13,10 +13,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import given
 from hypothesis import strategies as st
 
+from function import inputs
 from function.cache import caches
+from function.errors import InputError
 from function.fn import FunctionRunner
 from function.overrides import memory
 from function.overrides.collect import DEFAULT_REQUIREMENT
+from function.xr import observed_xr
 from tests.support.overrides import ec
 from tests.support.requests import fatal, request
 from tests.support.xr import make_xr
@@ -154,3 +157,30 @@ def test_the_observed_status_stack_is_sliced_from_the_request_as_serializing_it_
     req = request(xr)
     serialized = req.SerializeToString(deterministic=True)
     assert memory.observed_stack(req, serialized) == memory.observed_stack(req)
+
+
+SPECS = st.one_of(
+    VALUES,
+    st.builds(lambda extra: {**make_xr("EKS")["spec"], **extra}, st.dictionaries(KEYS, VALUES, max_size=2)),
+)
+
+
+@given(SPECS, st.dictionaries(KEYS, VALUES, max_size=2))
+def test_the_spec_is_read_alike_sliced_from_the_request_or_from_the_message(spec: Any, status: Any) -> None:
+    # fn.run keys the specs it validated by their bytes sliced from the request's serialization.
+    xr = {**make_xr("EKS"), "spec": spec, "status": status}
+    req = request(xr)
+    serialized = req.SerializeToString(deterministic=True)
+    sliced = inputs.observed_map(serialized, "spec")
+    resource = req.observed.composite.resource
+    assert sliced == (resource["spec"].SerializeToString(deterministic=True) if isinstance(spec, dict) else None)
+
+    def read(data: bytes | None) -> Any:
+        for cache in caches():
+            cache.clear()
+        try:
+            return observed_xr(resource, data)
+        except InputError as err:
+            return str(err)
+
+    assert read(serialized) == read(None)

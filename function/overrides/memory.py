@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
-from function.inputs import observed_status, plain_value
+from function.inputs import observed_map, plain_value
 from function.model import ServingStack
 
 from .document import DOCUMENT_KEY, Collected, Document, parsed_once, validate
@@ -89,7 +89,7 @@ def observed_stack(req: fnv1.RunFunctionRequest, serialized: bytes | None = None
     it with the ``status.stack`` a response writes.
     """
     if serialized is not None:
-        return observed_status(serialized, "stack")
+        return observed_map(serialized, "status", "stack")
     stack = _field(req.observed.composite.resource, "status", "stack")
     if stack is None or stack.WhichOneof("kind") != "struct_value":
         return None
