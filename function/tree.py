@@ -24,18 +24,6 @@ def copy_tree(node: Any) -> Any:
     return node
 
 
-def copy_along(tree: dict[str, Any], paths: Iterable[str]) -> dict[str, Any]:
-    """``tree`` with a private copy of every map on the way to each dot path, sharing the rest.
-
-    What writes into the result only at those paths (creating or replacing
-    what is below a copied map) leaves ``tree`` as it was: a rebuilt
-    component copies the few maps its image and pull-secret paths go
-    through, not its whole values, and what it did not change stays the
-    very objects of the generated values.
-    """
-    return copy_maps(tree, holders(paths))
-
-
 def holders(paths: Iterable[str]) -> tuple[tuple[str, ...], ...]:
     """The maps holding each dot path, as key sequences, each once (several paths often end in the same one)."""
     parents = dict.fromkeys(path.rpartition(".")[0] for path in paths if "." in path)
@@ -43,7 +31,15 @@ def holders(paths: Iterable[str]) -> tuple[tuple[str, ...], ...]:
 
 
 def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, Any]:
-    """:func:`copy_along` for the maps holding the paths (:func:`holders`), found once for many copies."""
+    """``tree`` with a private copy of each of ``maps`` (key sequences: :func:`holders` of some dot paths)
+    and of every map on the way to them, sharing the rest.
+
+    What writes into the result only at those paths (creating or replacing
+    what is below a copied map) leaves ``tree`` as it was: a rebuilt
+    component copies the few maps its image and pull-secret paths go
+    through, not its whole values, and what it did not change stays the
+    very objects of the generated values.
+    """
     root = dict(tree)
     copied = {id(root)}
     for parts in maps:

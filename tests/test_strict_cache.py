@@ -25,7 +25,7 @@ from function.overrides import strict
 from function.overrides.registry import Mirrors, Policy
 from function.paths import set_path
 from function.stack import Component, Stack
-from function.tree import copy_along
+from function.tree import copy_maps, holders
 from tests.support.overrides import BANK_HOST, bank, ec, fatal, overridden
 from tests.support.xr import make_xr
 
@@ -108,7 +108,7 @@ def test_a_rebuilt_body_whose_written_path_now_holds_a_refused_reference_is_refu
     mirrors = _mirrors(*_policies(loaded)[0])
     assert _verdict(loaded, mirrors, [operator]) is None  # its generated maps, kept
     where = _nested_map(operator.values)
-    values = copy_along(operator.values, [f"{where}.sidecar"])  # as a build writes: the rest stays shared
+    values = copy_maps(operator.values, holders([f"{where}.sidecar"]))  # as a build writes: the rest stays shared
     set_path(values, f"{where}.sidecar", EVIL)
     rebuilt = dataclasses.replace(operator, values=values)
     message = _verdict(loaded, mirrors, [rebuilt])

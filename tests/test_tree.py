@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from function.inputs import plain
 from function.paths import set_path
-from function.tree import copy_along, copy_tree, to_struct
+from function.tree import copy_maps, copy_tree, holders, to_struct
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
@@ -58,7 +58,7 @@ def test_writing_along_copied_paths_leaves_the_original_alone(
     tree: dict[str, Any], paths: list[str], value: Any
 ) -> None:
     before = copy_tree(tree)
-    copied = copy_along(tree, paths)
+    copied = copy_maps(tree, holders(paths))
     expected = copy_tree(tree)
     for path in paths:
         set_path(copied, path, value)
@@ -68,9 +68,9 @@ def test_writing_along_copied_paths_leaves_the_original_alone(
     assert not paths or copied is not tree
 
 
-def test_copy_along_shares_what_is_off_the_paths() -> None:
+def test_copy_maps_shares_what_is_off_the_paths() -> None:
     tree: dict[str, Any] = {"operator": {"image": {"repository": "x"}, "resources": {"cpu": 1}}, "other": {"k": 1}}
-    copied = copy_along(tree, ["operator.image.repository"])
+    copied = copy_maps(tree, holders(["operator.image.repository"]))
     assert copied["other"] is tree["other"]
     assert copied["operator"]["resources"] is tree["operator"]["resources"]
     assert copied["operator"]["image"] is not tree["operator"]["image"]

@@ -6,7 +6,7 @@ registry settings; it is kept by those, so a changed document rebuilds only
 the components it changes, and the others come back as the same objects,
 whose protobuf the renderer (and whose strict scan the strict check) already
 holds. A rebuilt component copies only the maps on the paths it writes
-(:func:`function.tree.copy_along`): the rest stays the generated objects.
+(:func:`function.tree.copy_maps`): the rest stays the generated objects.
 A generated component's images, which do not depend on the registry
 settings, are read once per stack, so new mirrors only rewrite them.
 """

@@ -33,8 +33,14 @@ class Rewrite:
 
 def under(ref: str, prefix: str) -> bool:
     """Whether ``ref`` is ``prefix`` or below it, on a path-segment boundary."""
-    prefix = prefix.rstrip("/")
-    return ref == prefix or ref.startswith(prefix + "/")
+    exact, below = _boundary(prefix)
+    return ref == exact or ref.startswith(below)
+
+
+def _boundary(prefix: str) -> tuple[str, str]:
+    """``prefix`` as :func:`under` compares a reference with it: itself, and what starts below it."""
+    exact = prefix.rstrip("/")
+    return exact, exact + "/"
 
 
 @dataclass(frozen=True)
@@ -46,8 +52,8 @@ class _Prefixes:
 
     @classmethod
     def of(cls, prefixes: Iterable[str]) -> _Prefixes:
-        stripped = [p.rstrip("/") for p in prefixes]
-        return cls(frozenset(stripped), tuple(f"{p}/" for p in stripped))
+        bounds = [_boundary(p) for p in prefixes]
+        return cls(frozenset(exact for exact, _ in bounds), tuple(below for _, below in bounds))
 
     def cover(self, ref: str) -> bool:
         return ref in self.exact or ref.startswith(self.below)
@@ -90,10 +96,7 @@ class Rules:
     @cached_property
     def _sources(self) -> tuple[tuple[Rule, str | None, str], ...]:
         """Each rule with its source as :func:`under` compares it (None for the catch-all)."""
-        return tuple(
-            (r, None, "") if r.source == CATCH_ALL else (r, r.source.rstrip("/"), f"{r.source.rstrip('/')}/")
-            for r in self.rules
-        )
+        return tuple((r, None, "") if r.source == CATCH_ALL else (r, *_boundary(r.source)) for r in self.rules)
 
 
 def rewrite_image_name(rules: Rules, name: str) -> Rewrite | None:

@@ -147,7 +147,7 @@ def _generated_texts(stack: Stack) -> Shared:
     """What ``_texts`` finds under each map of the generated components' values and manifests.
 
     A rebuilt component shares every map its build did not write with the
-    generated one (``tree.copy_along``), so its walk skips those. Generated
+    generated one (``tree.copy_maps``), so its walk skips those. Generated
     maps are never written and live as long as the process (held here too),
     so their ids stay theirs.
     """
