@@ -282,6 +282,11 @@ class StackRenderer:
         self._render_usages(into, prepared, rendered, observed, fills)
         return pending
 
+    def prepare(self, plan: Sequence[Planned]) -> None:
+        """Look up ``plan``'s templates now (at start-up: the stack's generated plan), not at its first render;
+        its components' ProviderConfig Usages and Usages are then kept for every plan of the stack."""
+        self._prepared(plan)
+
     def _prepared(self, plan: Sequence[Planned]) -> _Prepared:
         hit = _PREPARED.get(id(plan))
         if hit is not None and hit.plan is plan:

@@ -11,7 +11,7 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import offline, server, stack
+from function import offline, overrides, server, stack
 from function.cache import MIB
 from function.compose import renderer
 from function.errors import InputError
@@ -31,11 +31,12 @@ from function.xr import parse_xr
 
 
 def _warm_up() -> None:
-    """Load and convert every stack before the first request arrives, then set the collector for serving."""
+    """Before the first request arrives: load and convert every stack, read what planning and rendering read
+    of it whatever the documents, then set the collector for serving."""
     for cloud, accelerator in stack.available():
         loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
         if loaded is not None:
-            renderer(loaded)
+            renderer(loaded).prepare(overrides.prepare(loaded).planned)
     server.settle_heap()
 
 

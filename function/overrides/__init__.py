@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from function.errors import first_few
 from function.stack import Stack
 
-from .apply import plan
+from .apply import plan, prepare
 from .collect import DEFAULT_LABEL, DEFAULT_LABEL_VALUE, collect
 from .document import Collected, Document
 from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned
 
-__all__ = ["Collected", "Document", "Plan", "Planned", "collect", "plan", "summary"]
+__all__ = ["Collected", "Document", "Plan", "Planned", "collect", "plan", "prepare", "summary"]
 
 
 def summary(stack: Stack, found: Collected, plan: Sequence[Planned]) -> str:

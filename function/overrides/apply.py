@@ -23,7 +23,7 @@ from function.stack import Component, Stack
 from function.tree import copy_tree
 from function.values import deep_merge
 
-from . import images
+from . import images, strict
 from .build import Acc, built, leaves, sizes
 from .document import (
     Collected,
@@ -37,7 +37,6 @@ from .document import (
 from .drivers import driver_component
 from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned, State
 from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare
-from .strict import enforce
 
 SHORTCUT_PATHS = {
     "replicas": "replicas",
@@ -384,7 +383,7 @@ def _strict(
     where: dict[str, str],
     documents: int,
 ) -> None:
-    enforce(stack, mirrors, [p.component for p in planned if p.state == MANAGED], found, where, documents)
+    strict.enforce(stack, mirrors, [p.component for p in planned if p.state == MANAGED], found, where, documents)
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
@@ -397,6 +396,19 @@ _CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Plan] = B
 def _generated(stack: Stack) -> Plan:
     """The plan no document changes: the generated components themselves, and their images."""
     return _Planner(stack, ()).plan()
+
+
+def prepare(stack: Stack) -> Plan:
+    """Read, at start-up, what planning reads of a generated stack whatever the documents; its plan without any.
+
+    Its plan builds every component once, reading what building reads of
+    the stack (``build._unlayered``: the components' images, their sizes);
+    the strict check reads its hosts and the generated bodies. A server
+    restarted for a fleet then computes its first plans as fast as later
+    ones.
+    """
+    strict.prepare(stack)
+    return _generated(stack)
 
 
 def _generated_bytes(stack: Stack) -> int:

@@ -325,6 +325,18 @@ def _candidates_of(component: Component, shared: Shared) -> _Candidates:
     return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
 
 
+def prepare(stack: Stack) -> None:
+    """Read what the check reads of a generated stack whatever the policy: its hosts, and what each
+    generated component's body holds that could be a reference (kept per component, see ``_SCANS``).
+
+    Done at start-up: a restarted server's first strict plan then walks only the bodies it rebuilds.
+    """
+    stack_hosts(stack)
+    shared = _generated_texts(stack)
+    for component in stack.components:
+        _candidates_of(component, shared)
+
+
 def _scan(
     body: dict[str, Any], hosts: frozenset[str], allowed: Callable[[str], bool], already: frozenset[str]
 ) -> list[tuple[str, str]]:
