@@ -162,33 +162,67 @@ def whole_body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], 
 
 
 def body_template(planned: Planned) -> Template:
-    """A planned component's body, encoded around its holes: the skeleton kept, its values or manifest put in."""
-    tree, holes = whole_body(planned)
+    """A planned component's body, encoded around its holes: a skeleton kept, what varies put in."""
     if planned.component.xr_fields:
-        return Template(tree, holes)  # requests fill fields inside the manifest: encoded whole, around them
-    field = "values" if planned.component.is_release else "manifest"
-    content = tree["spec"]["forProvider"].pop(field)
-    return _skeleton(tree, field).filled({_CONTENT_FILL: encoded_struct_value(to_struct(content))})
+        return Template(*whole_body(planned))  # requests fill fields inside the manifest: encoded whole, around them
+    skeleton, parts = _skeleton_of(planned)
+    return skeleton.filled({fill: encoded_struct_value(to_struct(part)) for fill, part in parts.items()})
 
 
-# The hole a skeleton keeps for its values or manifest (no request fill has
-# this name: theirs name fields and parameters).
+def _skeleton_of(planned: Planned) -> tuple[Template, dict[str, dict[str, Any]]]:
+    """The skeleton of a planned component's body, and what varies (_VARYING) by the fill it goes into."""
+    tree, _holes = whole_body(planned)
+    apart = _apart(tree, "values" if planned.component.is_release else "manifest")
+    return _skeleton(tree, {path: fill for fill, (path, _part) in apart.items()}), {
+        fill: part for fill, (_path, part) in apart.items()
+    }
+
+
+# What varies between the bodies of one component, each encoded apart and put
+# into a skeleton kept for all of them: its values or manifest (a rebuild
+# changes them), its chart (a chart mirror or a version pin changes it) and
+# its annotations (they name the documents that changed it). No request fill
+# has these names: theirs name fields and parameters.
 _CONTENT_FILL = "(values or manifest)"
-# Bodies without their values or manifest, by their JSON text. A rebuild
-# (other mirrors, another values patch) changes a component's values, seldom
-# the rest of its body: the skeleton around them is encoded once. Keyed by
-# content, as a rebuilt body is a new object; a few hundred bytes each.
+_VARYING = {
+    _CONTENT_FILL: _FOR_PROVIDER,  # + the field: values or manifest
+    "(chart)": (*_FOR_PROVIDER, "chart"),
+    "(annotations)": ("metadata", "annotations"),
+}
+
+
+def _apart(tree: dict[str, Any], field: str) -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Take what varies out of ``tree`` (a body): (its path, the part) by the fill it goes into, for those it has."""
+    out: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {}
+    for fill, at in _VARYING.items():
+        path = (*at, field) if fill == _CONTENT_FILL else at
+        holder = tree
+        for key in path[:-1]:
+            holder = holder[key]
+        if path[-1] in holder:
+            out[fill] = (path, holder.pop(path[-1]))
+    return out
+
+
+# Bodies without what varies (_VARYING), by the holes they keep and their
+# JSON text. A rebuild (other mirrors, another values patch, other documents)
+# changes a component's values, chart or annotations, not the rest of its
+# body: the skeleton around them is encoded once, when the stack's own bodies
+# are (StackRenderer), so a restarted server's first plan finds its
+# components' skeletons made. Keyed by content, as a rebuilt body is a new
+# object; a few hundred bytes each.
 _SKELETONS: BoundedCache[str, Template] = BoundedCache("body skeletons", max_entries=4096, max_bytes=4 * MIB)
 
 
-def _skeleton(tree: dict[str, Any], field: str) -> Template:
-    """A body lacking its ``spec.forProvider.<field>``, with holes for it and the ProviderConfig's name."""
+def _skeleton(tree: dict[str, Any], apart: Mapping[tuple[str, ...], str]) -> Template:
+    """A body without the parts at the paths of ``apart``, with holes for them (by name) and the ProviderConfig's
+    name."""
     # Equal JSON, equal encoding: it tells apart true, 1 and "1", and -0.0 from 0.0 (NaN, which
     # no input lets through, would be one text for several encodings).
-    key = json.dumps(tree, separators=(",", ":"))
+    key = json.dumps([sorted(apart.values()), tree], separators=(",", ":"))
     hit = _SKELETONS.get(key)
     if hit is None:
-        hit = Template(tree, {_PC_NAME: PC_NAME_FILL, (*_FOR_PROVIDER, field): _CONTENT_FILL})
+        hit = Template(tree, {_PC_NAME: PC_NAME_FILL, **apart})
         _SKELETONS.put(key, hit, hit.size + 2 * len(key))
     return hit
 
@@ -284,8 +318,12 @@ class StackRenderer:
 
     def prepare(self, plan: Sequence[Planned]) -> None:
         """Look up ``plan``'s templates now (at start-up: the stack's generated plan), not at its first render;
-        its components' ProviderConfig Usages and Usages are then kept for every plan of the stack."""
+        its components' ProviderConfig Usages and Usages are then kept for every plan of the stack, and the
+        skeletons of their bodies once a document changed them (annotated with its name: see _VARYING)."""
         self._prepared(plan)
+        for planned in plan:
+            if not planned.component.xr_fields:
+                _skeleton_of(Planned(planned.component, MANAGED, ("",)))
 
     def _prepared(self, plan: Sequence[Planned]) -> _Prepared:
         hit = _PREPARED.get(id(plan))

@@ -55,7 +55,7 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
     _empty()
     generated = prepare(loaded)
     renderer(loaded).prepare(generated.planned)  # as the server's warm-up does
-    usages = {c.name: len(c) for c in caches() if c.name in ("provider config usages", "usages")}
+    made = {c.name: len(c) for c in caches() if c.name in ("provider config usages", "usages", "body skeletons")}
     assert [p.component for p in generated.planned] == list(loaded.components)
     misses = [memo.cache_info().misses for memo in PER_STACK]
 
@@ -76,7 +76,8 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
     overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
 
     assert [memo.cache_info().misses for memo in PER_STACK] == misses
-    assert {c.name: len(c) for c in caches() if c.name in usages} == usages  # every Usage template made already
+    # Every Usage template made already, and the skeleton of every body the plan rebuilt.
+    assert {c.name: len(c) for c in caches() if c.name in made} == made
     generated_ids = {id(c) for c in loaded.components}
     rebuilt = [c.key for c in checked if id(c) not in generated_ids]
     assert rebuilt and walked == rebuilt

@@ -316,7 +316,8 @@ def test_every_stack_scenario_and_observed_state_is_byte_identical(cloud: str, a
 def _with_mirror_targets(docs: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
     out = copy.deepcopy(docs)
     for doc in out:
-        for rule in doc["data"]["servingStack"].get("registry", {}).get("images", []):
+        registry = doc["data"]["servingStack"].get("registry", {})
+        for rule in (*registry.get("images", []), *registry.get("charts", [])):
             rule["to"] = f"{rule['to']}/{suffix}"
     return out
 
@@ -354,7 +355,8 @@ def test_skeletons_that_encode_apart_are_kept_apart() -> None:
     readinesses: list[dict[str, Any]] = [{"x": 1}, {"x": True}, {"x": "1"}, {"x": 0.0}, {"x": -0.0}, {"x": 1.5}]
     for readiness in readinesses:
         skeleton: dict[str, Any] = {"kind": "Object", "spec": {"forProvider": {}, "readiness": readiness}}
-        template = compose._skeleton(copy.deepcopy(skeleton), "manifest").filled({compose._CONTENT_FILL: content})
+        holes: dict[tuple[str, ...], str] = {("spec", "forProvider", "manifest"): compose._CONTENT_FILL}
+        template = compose._skeleton(copy.deepcopy(skeleton), holes).filled({compose._CONTENT_FILL: content})
         expected = copy.deepcopy(skeleton)
         expected["spec"]["forProvider"]["manifest"] = {"kind": "ConfigMap"}
         expected["spec"]["providerConfigRef"] = {"name": "pc"}
