@@ -34,7 +34,7 @@ The limits, and what happens above them:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,16 +95,26 @@ def _struct(struct: struct_pb2.Struct, depth: int) -> dict[str, Any]:
         raise _BadValueError(_TOO_DEEP)
     out = {}
     fields = struct.fields
-    # In key order: protobuf keeps no order in a map, and the order the Python
-    # runtime iterates one in differs between processes (its hash tables are
-    # seeded per process), so anything listed in map order would differ too.
-    for key in sorted(fields):
-        value = fields[key]
-        try:
-            out[key] = _value(value, depth)
-        except _BadValueError as bad:
-            bad.path.append(key)
-            raise
+    key = ""
+    # Every value's kind is read once, and the two kinds most values have
+    # (strings, maps) are read here, not in a call per value: documents are
+    # mostly maps of strings, and a changed one is converted on a plan miss.
+    try:
+        # In key order: protobuf keeps no order in a map, and the order the Python
+        # runtime iterates one in differs between processes (its hash tables are
+        # seeded per process), so anything listed in map order would differ too.
+        for key in sorted(fields):
+            value = fields[key]
+            kind = value.WhichOneof("kind")
+            if kind == "string_value":
+                out[key] = value.string_value
+            elif kind == "struct_value":
+                out[key] = _struct(value.struct_value, depth + 1)
+            else:
+                out[key] = _other(value, kind, depth)
+    except _BadValueError as bad:
+        bad.path.append(key)
+        raise
     return out
 
 
@@ -114,6 +124,11 @@ def _value(value: struct_pb2.Value, depth: int) -> Any:
         return value.string_value
     if kind == "struct_value":
         return _struct(value.struct_value, depth + 1)
+    return _other(value, kind, depth)
+
+
+def _other(value: struct_pb2.Value, kind: str | None, depth: int) -> Any:
+    """A value of ``kind``, neither a string nor a map; ``depth`` is that of the map or list holding it."""
     if kind == "number_value":
         number = value.number_value
         if not math.isfinite(number):
@@ -122,17 +137,28 @@ def _value(value: struct_pb2.Value, depth: int) -> Any:
     if kind == "bool_value":
         return value.bool_value
     if kind == "list_value":
-        if depth + 1 > MAX_DEPTH:
-            raise _BadValueError(_TOO_DEEP)
-        out = []
-        for i, item in enumerate(value.list_value.values):
-            try:
-                out.append(_value(item, depth + 1))
-            except _BadValueError as bad:
-                bad.path.append(f"[{i}]")
-                raise
-        return out
+        return _list(value.list_value.values, depth + 1)
     return None
+
+
+def _list(values: Iterable[struct_pb2.Value], depth: int) -> list[Any]:
+    if depth > MAX_DEPTH:
+        raise _BadValueError(_TOO_DEEP)
+    out: list[Any] = []
+    append = out.append
+    try:
+        for item in values:
+            kind = item.WhichOneof("kind")
+            if kind == "string_value":
+                append(item.string_value)
+            elif kind == "struct_value":
+                append(_struct(item.struct_value, depth + 1))
+            else:
+                append(_other(item, kind, depth))
+    except _BadValueError as bad:
+        bad.path.append(f"[{len(out)}]")
+        raise
+    return out
 
 
 def condition(obj: struct_pb2.Struct, kind: str) -> tuple[str, str]:
