@@ -15,7 +15,7 @@ from function.model import KUBECONFIG, Metadata, ServingStack, ServingStackSpec
 
 # The metadata the model reads; the rest (managedFields, annotations …) is
 # Kubernetes' and can be large, so it is not converted on every reconcile.
-_METADATA_READ = frozenset(Metadata.model_fields)
+_METADATA_READ = tuple(Metadata.model_fields)
 
 
 def xr_name(raw: dict[str, Any]) -> str:
@@ -85,11 +85,9 @@ def observed_xr(resource: struct_pb2.Struct, serialized: bytes | None = None) ->
     fields = resource.fields
     meta = fields.get("metadata")
     meta_fields = meta.struct_value.fields if meta is not None and meta.HasField("struct_value") else None
-    named = {
-        k: v.string_value
-        for k, v in (meta_fields.items() if meta_fields is not None else ())
-        if k in ("name", "namespace") and v.HasField("string_value")
-    }
+    # Only the fields the model reads are looked up: Kubernetes' own (managedFields …) are never touched.
+    read = {} if meta_fields is None else {k: v for k in _METADATA_READ if (v := meta_fields.get(k)) is not None}
+    named = {k: v.string_value for k, v in read.items() if k in ("name", "namespace") and v.HasField("string_value")}
     name = xr_name({"metadata": named})  # for messages about the metadata itself
     raw: dict[str, Any] = {k: plain_value(fields[k], name, k) for k in ("apiVersion", "kind") if k in fields}
     spec, key, known = fields.get("spec"), None, None
@@ -103,9 +101,7 @@ def observed_xr(resource: struct_pb2.Struct, serialized: bytes | None = None) ->
         # A spec validated before is taken as it is: pydantic does not validate a model instance's fields again.
         raw["spec"] = known if known is not None else plain_value(spec, name, "spec")
     if meta_fields is not None:
-        raw["metadata"] = {
-            k: plain_value(v, name, f"metadata.{k}", 2) for k, v in meta_fields.items() if k in _METADATA_READ
-        }
+        raw["metadata"] = {k: plain_value(v, name, f"metadata.{k}", 2) for k, v in read.items()}
     elif meta is not None:
         raw["metadata"] = plain_value(meta, name, "metadata")  # not a map: the model says so
     name = xr_name(raw)
