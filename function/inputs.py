@@ -90,6 +90,10 @@ def _error(obj: str, path: str, bad: _BadValueError) -> InputError:
     return InputError(f"{obj}: {excerpt(path)}: {bad.problem}")
 
 
+# Called unbound: no bound method is made per value (every value read is a Value).
+_which = struct_pb2.Value.WhichOneof
+
+
 def _struct(struct: struct_pb2.Struct, depth: int) -> dict[str, Any]:
     if depth > MAX_DEPTH:
         raise _BadValueError(_TOO_DEEP)
@@ -103,9 +107,10 @@ def _struct(struct: struct_pb2.Struct, depth: int) -> dict[str, Any]:
         # In key order: protobuf keeps no order in a map, and the order the Python
         # runtime iterates one in differs between processes (its hash tables are
         # seeded per process), so anything listed in map order would differ too.
-        for key in sorted(fields):
+        # A map of one key (many are) has one order: read as it is, not sorted.
+        for key in sorted(fields) if len(fields) > 1 else fields:
             value = fields[key]
-            kind = value.WhichOneof("kind")
+            kind = _which(value, "kind")
             if kind == "string_value":
                 out[key] = value.string_value
             elif kind == "struct_value":
@@ -148,7 +153,7 @@ def _list(values: Iterable[struct_pb2.Value], depth: int) -> list[Any]:
     append = out.append
     try:
         for item in values:
-            kind = item.WhichOneof("kind")
+            kind = _which(item, "kind")
             if kind == "string_value":
                 append(item.string_value)
             elif kind == "struct_value":
