@@ -102,36 +102,63 @@ def _strings(
     return found
 
 
-# What ``_texts`` found under a map, by the map's id: (the map, its (nearest key, text) pairs).
-Shared = dict[int, tuple[dict[str, Any], tuple[tuple[str, str], ...]]]
+# One token of a string that could be a registry reference, whatever the
+# policy: (the token as written, its first segment lowercased, whether it
+# counts on any host: not a URL, and under an image-ish key or shaped like
+# ``host/path:tag``; its first segment as written, which alone decides an
+# allow-list of bare hosts). Any token counts on a host the stack or a rule names.
+Held = tuple[str, str, bool, str]
 
 
-def _texts(node: dict[str, Any] | list[Any], key: str, out: list[tuple[str, str]], shared: Shared) -> None:
-    """(nearest map key, text) of each string ``_strings`` finds, without paths: the walk every new body takes.
+# What ``_held`` found for a (nearest key, string) during one check: a string repeats across the bodies of a plan.
+Memo = dict[tuple[str, str], tuple[Held, ...]]
+# What ``_held_under`` finds under each generated map, by the map's id: (the map, what it holds).
+Shared = dict[int, tuple[dict[str, Any], tuple[Held, ...]]]
+
+
+def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers every string of every rebuilt body
+    node: dict[str, Any] | list[Any], key: str, out: list[Held], shared: Shared, memo: Memo
+) -> None:
+    """What ``_held`` finds in each string ``_strings`` finds under ``node``, without paths: the walk every new body
+    takes.
 
     A reference counts only when its first segment is a host (``is_host``: a
     dot, a colon or localhost), so a string with none of them holds none: most
     strings of a body are passed over without tokenizing them. A map found in
-    ``shared`` is not walked again. (Maps and lists in two loops: this walk
-    covers every string of every rebuilt body.)
+    ``shared`` is not walked again (looked up before the call).
     """
-    hit = shared.get(id(node))
-    if hit is not None and hit[0] is node:
-        out.extend(hit[1])
-    elif isinstance(node, dict):
+    if isinstance(node, dict):
         for k, value in node.items():
             if isinstance(value, str):
                 if "." in value or ":" in value or "localhost" in value.lower():
-                    out.append((str(k), value))
+                    out.extend(_held(str(k), value, memo))
             elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
-                _texts(value, str(k), out, shared)
+                hit = shared.get(id(value))
+                if hit is not None and hit[0] is value:
+                    out.extend(hit[1])
+                else:
+                    _held_under(value, str(k), out, shared, memo)
     else:
         for value in node:
             if isinstance(value, str):
                 if "." in value or ":" in value or "localhost" in value.lower():
-                    out.append((key, value))
+                    out.extend(_held(key, value, memo))
             elif isinstance(value, (dict, list)):
-                _texts(value, key, out, shared)
+                hit = shared.get(id(value))
+                if hit is not None and hit[0] is value:
+                    out.extend(hit[1])
+                else:
+                    _held_under(value, key, out, shared, memo)
+
+
+def _held_in(node: dict[str, Any], shared: Shared, memo: Memo) -> list[Held]:
+    """``_held_under`` a body or a payload, itself perhaps shared."""
+    hit = shared.get(id(node))
+    if hit is not None and hit[0] is node:
+        return list(hit[1])
+    out: list[Held] = []
+    _held_under(node, "", out, shared, memo)
+    return out
 
 
 def _maps(node: Any) -> Iterator[dict[str, Any]]:
@@ -143,8 +170,8 @@ def _maps(node: Any) -> Iterator[dict[str, Any]]:
 
 
 @cache  # one per generated stack
-def _generated_texts(stack: Stack) -> Shared:
-    """What ``_texts`` finds under each map of the generated components' values and manifests.
+def _generated(stack: Stack) -> Shared:
+    """What ``_held_under`` finds under each map of the generated components' values and manifests.
 
     A rebuilt component shares every map its build did not write with the
     generated one (``tree.copy_maps``), so its walk skips those. Generated
@@ -152,12 +179,16 @@ def _generated_texts(stack: Stack) -> Shared:
     so their ids stay theirs.
     """
     shared: Shared = {}
+    memo: Memo = {}
     for component in stack.components:
-        for node in _maps(component.values if component.is_release else component.manifest):
-            texts: list[tuple[str, str]] = []
-            _texts(node, "", texts, {})
-            shared[id(node)] = (node, tuple(texts))
+        for node in _maps(_payload(component)):
+            shared[id(node)] = (node, tuple(_held_in(node, {}, memo)))
     return shared
+
+
+def _payload(component: Component) -> dict[str, Any]:
+    """A Release's values or an Object's manifest: nearly all of its body."""
+    return component.values if component.is_release else component.manifest
 
 
 def _may_hold_a_host(text: str) -> bool:
@@ -170,72 +201,42 @@ def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
     return f"{path}[{k}]"
 
 
-# One token of a string that could be a registry reference, whatever the
-# policy: (the token as written, its first segment lowercased, whether it
-# counts on any host: not a URL, and under an image-ish key or shaped like
-# ``host/path:tag``). Any token counts on a host the stack or a rule names.
-Held = tuple[str, str, bool]
-
-
 def _tokens(key: str, text: str) -> tuple[Held, ...]:
     imageish = any(word in key.lower() for word in IMAGE_KEYS)
     out: list[Held] = []
     for token in _TOKEN.findall(text):
         name = bare(token)
-        first = name.split("/", 1)[0].lower()
+        written = name.split("/", 1)[0]
+        first = written.lower()
         if is_host(first):
             shaped = imageish or bool(REFERENCE.match(name) and "/" in name and split_reference(name)[1])
-            out.append((token, first, shaped and "://" not in token))  # a URL on an unknown host is no image
+            out.append((token, first, shaped and "://" not in token, written))  # a URL on an unknown host is no image
     return tuple(out)
 
 
 # What each (nearest key, string) holds, by the string alone: no host list or
 # policy decides it, so a plan for new mirrors or allow-lists tokenizes only
-# the strings it writes, and a rebuilt body is mostly the strings of the
-# generated one (and of the last plan).
+# the strings it writes that are not generated ones.
 _HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache(
     "strict string scans", max_entries=65536, max_bytes=8 * MIB
 )
 
 
-def _held(key: str, text: str) -> tuple[Held, ...]:
-    hit = _HELD.get((key, text))
+def _held(key: str, text: str, memo: Memo) -> tuple[Held, ...]:
+    hit = memo.get((key, text))
     if hit is None:
-        hit = _tokens(key, text)
-        _HELD.put((key, text), hit, 96 + len(key) + len(text) + sum(64 + len(t) + len(h) for t, h, _ in hit))
+        hit = _HELD.get((key, text))
+        if hit is None:
+            hit = _tokens(key, text)
+            size = 96 + len(key) + len(text) + sum(64 + len(t) + len(h) + len(w) for t, h, _, w in hit)
+            _HELD.put((key, text), hit, size)
+        memo[(key, text)] = hit
     return hit
 
 
 def _references(key: str, text: str, hosts: frozenset[str]) -> list[str]:
     """The registry references in one string of the output, as written."""
-    return [token for token, host, shaped in _held(key, text) if shaped or host in hosts]
-
-
-@dataclass(frozen=True)
-class _Candidates:
-    """What one body holds that could be a reference, whatever the policy: each token once."""
-
-    anywhere: tuple[str, ...]  # counts on any host
-    by_host: dict[str, tuple[str, ...]]  # the others, by host: they count where a host list names it
-
-    def refused(self, hosts: frozenset[str], allowed: Callable[[str], bool]) -> bool:
-        return any(not allowed(t) for t in self.anywhere) or any(
-            not allowed(t) for host in self.by_host.keys() & hosts for t in self.by_host[host]
-        )
-
-
-def _candidates(body: dict[str, Any], shared: Shared) -> _Candidates:
-    texts: list[tuple[str, str]] = []
-    _texts(body, "", texts, shared)
-    anywhere: dict[str, None] = {}
-    by_host: dict[str, dict[str, None]] = {}
-    for key, text in texts:
-        for token, host, shaped in _held(key, text):
-            if shaped:
-                anywhere[token] = None
-            else:
-                by_host.setdefault(host, {})[token] = None
-    return _Candidates(tuple(anywhere), {host: tuple(tokens) for host, tokens in by_host.items()})
+    return [token for token, host, shaped, _ in _held(key, text, {}) if shaped or host in hosts]
 
 
 class _Allowed:
@@ -247,15 +248,51 @@ class _Allowed:
 
     def __init__(self, mirrors: Mirrors) -> None:
         self._mirrors = mirrors
-        self._by_host = all("/" not in prefix for p in mirrors.policies for prefix in p.allowed)
+        self.by_host = all("/" not in prefix for p in mirrors.policies for prefix in p.allowed)
         self._seen: dict[str, bool] = {}
 
     def __call__(self, ref: str) -> bool:
-        key = bare(ref).split("/", 1)[0] if self._by_host else ref
+        return self.host(bare(ref).split("/", 1)[0]) if self.by_host else self.host(ref)
+
+    def host(self, key: str) -> bool:
+        """The verdict on a reference's first segment (``by_host``), or on the reference itself."""
         hit = self._seen.get(key)
         if hit is None:
             hit = self._seen[key] = self._mirrors.allowed(key)
         return hit
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """What one body holds that could be a reference, whatever the policy: each token once, with its first segment
+    as written (all an allow-list of bare hosts decides by)."""
+
+    anywhere: dict[str, str]  # counts on any host
+    by_host: dict[str, dict[str, str]]  # the others, by host: they count where a host list names it
+
+    def refused(self, hosts: frozenset[str], allowed: _Allowed) -> bool:
+        check, pick = (allowed.host, dict.values) if allowed.by_host else (allowed, dict.keys)
+        return any(not check(t) for t in pick(self.anywhere)) or any(
+            not check(t) for host in self.by_host.keys() & hosts for t in pick(self.by_host[host])
+        )
+
+    def size(self) -> int:
+        """Bytes, roughly, as a cache weighs it: each token and first segment a string, in a dict."""
+        size = 256 + 2 * sum(map(len, self.anywhere)) + 160 * len(self.anywhere)
+        return size + sum(256 + 2 * sum(map(len, ts)) + 160 * len(ts) for ts in self.by_host.values())
+
+
+def _candidates(held: Iterable[Held]) -> _Candidates:
+    anywhere: dict[str, str] = {}
+    by_host: dict[str, dict[str, str]] = {}
+    for token, host, shaped, written in held:
+        if shaped:
+            anywhere[token] = written
+        elif host in by_host:
+            by_host[host][token] = written
+        else:
+            by_host[host] = {token: written}
+    return _Candidates(anywhere, by_host)
 
 
 def _image_ref(found: ImageSeen) -> str:
@@ -315,14 +352,39 @@ _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedC
 )
 
 
-def _candidates_of(component: Component, shared: Shared) -> _Candidates:
+def _candidates_of(component: Component, shared: Shared, memo: Memo) -> _Candidates:
     hit = _SCANS.get(id(component))
     if hit is not None and hit[0]() is component:
         return hit[1]
-    found = _candidates(component_body(component), shared)
-    size = 256 + sum(64 + len(t) for t in found.anywhere)
-    size += sum(64 + len(h) + sum(64 + len(t) for t in ts) for h, ts in found.by_host.items())
-    return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
+    found = _candidates([*_head(component, memo), *_held_in(_payload(component), shared, memo)])
+    return _SCANS.put(id(component), (weakref.ref(component), found), found.size())[1]
+
+
+# What the rest of a body (all but its values or manifest: metadata, chart,
+# namespace, readiness) holds, by what ``component_body`` makes it from. A
+# build changes the values, the manifest and the chart only, so a plan for
+# new image mirrors finds each rebuilt component's here.
+_HEADS: BoundedCache[tuple[Any, ...], tuple[Held, ...]] = BoundedCache(
+    "strict body heads", max_entries=1024, max_bytes=MIB
+)
+
+
+def _head(component: Component, memo: Memo) -> tuple[Held, ...]:
+    """What ``_held_under`` finds in ``component_body(component)`` outside its values or manifest."""
+    key = (
+        component.kind,
+        component.key,
+        component.release_name,
+        component.namespace,
+        component.chart,
+        tuple(component.readiness.items()),
+    )
+    hit = _HEADS.get(key)
+    if hit is None:
+        payload = _payload(component)
+        held = tuple(_held_in(component_body(component), {id(payload): (payload, ())}, memo))
+        hit = _HEADS.put(key, held, 256 + sum(128 + len(t) + len(w) for t, _, _, w in held))
+    return hit
 
 
 def prepare(stack: Stack) -> None:
@@ -390,12 +452,12 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    shared = _generated_texts(stack)
+    shared, memo = _generated(stack), Memo()
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
             refuse(component.key, "chart", repository)
-        if _candidates_of(component, shared).refused(hosts, allowed):
+        if _candidates_of(component, shared, memo).refused(hosts, allowed):
             already = frozenset(reported.get(component.key, ()))
             for path, ref in _scan(component_body(component), hosts, allowed, already):
                 refuse(component.key, path, ref)
