@@ -170,7 +170,7 @@ def _maps(node: Any) -> Iterator[dict[str, Any]]:
 
 
 @cache  # one per generated stack
-def _generated(stack: Stack) -> Shared:
+def _generated_texts(stack: Stack) -> Shared:
     """What ``_held_under`` finds under each map of the generated components' values and manifests.
 
     A rebuilt component shares every map its build did not write with the
@@ -452,7 +452,7 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    shared, memo = _generated(stack), Memo()
+    shared, memo = _generated_texts(stack), Memo()
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
