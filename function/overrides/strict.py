@@ -272,9 +272,15 @@ class _Candidates:
 
     def refused(self, hosts: frozenset[str], allowed: _Allowed) -> bool:
         check, pick = (allowed.host, dict.values) if allowed.by_host else (allowed, dict.keys)
-        return any(not check(t) for t in pick(self.anywhere)) or any(
-            not check(t) for host in self.by_host.keys() & hosts for t in pick(self.by_host[host])
-        )
+        for token in pick(self.anywhere):
+            if not check(token):
+                return True
+        for host, tokens in self.by_host.items():
+            if host in hosts:
+                for token in pick(tokens):
+                    if not check(token):
+                        return True
+        return False
 
     def size(self) -> int:
         """Bytes, roughly, as a cache weighs it: each token and first segment a string, in a dict."""
