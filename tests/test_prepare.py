@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from function import main, overrides, server, stack
-from function.bodies import RESOURCE_LABEL
 from function.cache import caches
 from function.compose import renderer
 from function.model import Accelerator, Cloud
@@ -61,17 +60,17 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
 
     walked: list[str] = []
     checked: list[Component] = []
-    real_candidates, real_enforce = strict._candidates, strict.enforce
+    real_head, real_enforce = strict._head, strict.enforce
 
-    def walking(body: dict[str, Any], shared: strict.Shared) -> strict._Candidates:
-        walked.append(body["metadata"]["labels"][RESOURCE_LABEL])
-        return real_candidates(body, shared)
+    def walking(component: Component, *rest: Any) -> list[strict.Held]:  # what each body it walks starts with
+        walked.append(component.key)
+        return real_head(component, *rest)
 
     def enforcing(loaded: Stack, mirrors: Mirrors, components: Iterable[Component], *rest: Any) -> None:
         checked.extend(components)
         real_enforce(loaded, mirrors, checked, *rest)
 
-    monkeypatch.setattr(strict, "_candidates", walking)
+    monkeypatch.setattr(strict, "_head", walking)
     monkeypatch.setattr(strict, "enforce", enforcing)
     overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
 

@@ -19,6 +19,7 @@ policy must hold:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from function.bodies import component_body
+from function.bodies import chart_block, component_body
 from function.cache import MIB, BoundedCache
 from function.errors import InputError
-from function.stack import Component, ImageRef, Stack
+from function.stack import ChartRef, Component, ImageRef, Stack
 
 from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
@@ -169,21 +170,29 @@ def _maps(node: Any) -> Iterator[dict[str, Any]]:
             yield from _maps(value)
 
 
-@cache  # one per generated stack
-def _generated_texts(stack: Stack) -> Shared:
-    """What ``_held_under`` finds under each map of the generated components' values and manifests.
+@dataclass(frozen=True)
+class _Generated:
+    """What the check reads of a generated stack whatever the policy, made once (``prepare``)."""
 
-    A rebuilt component shares every map its build did not write with the
-    generated one (``tree.copy_maps``), so its walk skips those. Generated
-    maps are never written and live as long as the process (held here too),
-    so their ids stay theirs.
-    """
-    shared: Shared = {}
+    # What ``_held_under`` finds under each map of the components' values and
+    # manifests. A rebuilt component shares every map its build did not write
+    # with the generated one (``tree.copy_maps``), so its walk skips those.
+    # Generated maps are never written and live as long as the process (held
+    # here too), so their ids stay theirs.
+    maps: Shared
+    # What the rest of each component's body holds, but its chart (``_head``).
+    heads: dict[tuple[Any, ...], tuple[Held, ...]]
+
+
+@cache  # one per generated stack
+def _generated_texts(stack: Stack) -> _Generated:
+    found = _Generated({}, {})
     memo: Memo = {}
     for component in stack.components:
         for node in _maps(_payload(component)):
-            shared[id(node)] = (node, tuple(_held_in(node, {}, memo)))
-    return shared
+            found.maps[id(node)] = (node, tuple(_held_in(node, {}, memo)))
+        found.heads[_head_key(component)] = tuple(_rest(component, memo))
+    return found
 
 
 def _payload(component: Component) -> dict[str, Any]:
@@ -358,39 +367,39 @@ _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedC
 )
 
 
-def _candidates_of(component: Component, shared: Shared, memo: Memo) -> _Candidates:
+def _candidates_of(component: Component, generated: _Generated, memo: Memo) -> _Candidates:
     hit = _SCANS.get(id(component))
     if hit is not None and hit[0]() is component:
         return hit[1]
-    found = _candidates([*_head(component, memo), *_held_in(_payload(component), shared, memo)])
+    held = _head(component, generated.heads, memo)
+    held += _held_in(_payload(component), generated.maps, memo)
+    found = _candidates(held)
     return _SCANS.put(id(component), (weakref.ref(component), found), found.size())[1]
 
 
-# What the rest of a body (all but its values or manifest: metadata, chart,
-# namespace, readiness) holds, by what ``component_body`` makes it from. A
-# build changes the values, the manifest and the chart only, so a plan for
-# new image mirrors finds each rebuilt component's here.
-_HEADS: BoundedCache[tuple[Any, ...], tuple[Held, ...]] = BoundedCache(
-    "strict body heads", max_entries=1024, max_bytes=MIB
-)
+# A chart block without a string that could name a registry: the rest of a body around it is its chart's alone.
+_NO_CHART = ChartRef(name="", repository="", version="")
 
 
-def _head(component: Component, memo: Memo) -> tuple[Held, ...]:
-    """What ``_held_under`` finds in ``component_body(component)`` outside its values or manifest."""
-    key = (
-        component.kind,
-        component.key,
-        component.release_name,
-        component.namespace,
-        component.chart,
-        tuple(component.readiness.items()),
-    )
-    hit = _HEADS.get(key)
-    if hit is None:
-        payload = _payload(component)
-        held = tuple(_held_in(component_body(component), {id(payload): (payload, ())}, memo))
-        hit = _HEADS.put(key, held, 256 + sum(128 + len(t) + len(w) for t, _, _, w in held))
-    return hit
+def _head_key(component: Component) -> tuple[Any, ...]:
+    """What ``component_body`` makes a body of besides its values, manifest and chart: a build changes only those."""
+    return (component.kind, component.key, component.release_name, component.namespace, *component.readiness.items())
+
+
+def _rest(component: Component, memo: Memo) -> list[Held]:
+    """What ``component_body(component)`` holds besides its values or manifest and its chart."""
+    chart = None if component.chart is None else _NO_CHART
+    return _held_in(component_body(dataclasses.replace(component, values={}, manifest={}, chart=chart)), {}, memo)
+
+
+def _head(component: Component, heads: dict[tuple[Any, ...], tuple[Held, ...]], memo: Memo) -> list[Held]:
+    """What ``component_body(component)`` holds besides its values or manifest: as its generated component's does
+    (or walked, for a component not generated), and its chart's."""
+    rest = heads.get(_head_key(component))
+    held = _rest(component, memo) if rest is None else list(rest)
+    if component.is_release and component.chart is not None:
+        _held_under(chart_block(component.chart), "", held, {}, memo)
+    return held
 
 
 def prepare(stack: Stack) -> None:
@@ -400,9 +409,9 @@ def prepare(stack: Stack) -> None:
     Done at start-up: a restarted server's first strict plan then walks only the bodies it rebuilds.
     """
     stack_hosts(stack)
-    shared = _generated_texts(stack)
+    generated, memo = _generated_texts(stack), Memo()
     for component in stack.components:
-        _candidates_of(component, shared)
+        _candidates_of(component, generated, memo)
 
 
 def _scan(
@@ -458,12 +467,12 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    shared, memo = _generated_texts(stack), Memo()
+    generated, memo = _generated_texts(stack), Memo()
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
             refuse(component.key, "chart", repository)
-        if _candidates_of(component, shared, memo).refused(hosts, allowed):
+        if _candidates_of(component, generated, memo).refused(hosts, allowed):
             already = frozenset(reported.get(component.key, ()))
             for path, ref in _scan(component_body(component), hosts, allowed, already):
                 refuse(component.key, path, ref)
