@@ -211,7 +211,7 @@ def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
 
 
 def _tokens(key: str, text: str) -> tuple[Held, ...]:
-    imageish = any(word in key.lower() for word in IMAGE_KEYS)
+    imageish = any(map(key.lower().__contains__, IMAGE_KEYS))
     out: list[Held] = []
     for token in _TOKEN.findall(text):
         name = bare(token)
