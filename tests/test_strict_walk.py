@@ -187,7 +187,7 @@ DIGESTED = "Registry.Example/p/q@sha256:" + "0" * 64
 def test_refused_is_every_reference_asked_of_every_policy(
     strings: list[tuple[str, str]], first: tuple[str, ...], second: tuple[str, ...], hosts: set[str]
 ) -> None:
-    found = strict._candidates(held for key, text in strings for held in strict._tokens(key, text))
+    found, _size = strict._candidates([held for key, text in strings for held in strict._tokens(key, text)])
     for policies in ((Policy("a", "here", first),), (Policy("a", "here", first), Policy("b", "there", second))):
         mirrors = Mirrors(policies=policies)
         expected = any(

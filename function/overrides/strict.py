@@ -291,23 +291,22 @@ class _Candidates:
                         return True
         return False
 
-    def size(self) -> int:
-        """Bytes, roughly, as a cache weighs it: each token and first segment a string, in a dict."""
-        size = 256 + 2 * sum(map(len, self.anywhere)) + 160 * len(self.anywhere)
-        return size + sum(256 + 2 * sum(map(len, ts)) + 160 * len(ts) for ts in self.by_host.values())
 
-
-def _candidates(held: Iterable[Held]) -> _Candidates:
+def _candidates(held: Sequence[Held]) -> tuple[_Candidates, int]:
+    """What ``held`` holds, and its size in bytes, roughly, as a cache weighs it (each token and segment a string,
+    in a dict)."""
     anywhere: dict[str, str] = {}
     by_host: dict[str, dict[str, str]] = {}
+    chars = 0
     for token, host, shaped, written in held:
+        chars += len(token)
         if shaped:
             anywhere[token] = written
         elif host in by_host:
             by_host[host][token] = written
         else:
             by_host[host] = {token: written}
-    return _Candidates(anywhere, by_host)
+    return _Candidates(anywhere, by_host), 256 * (len(by_host) + 2) + 192 * len(held) + 2 * chars
 
 
 def _image_ref(found: ImageSeen) -> str:
@@ -329,14 +328,21 @@ def _bounded(items: list[str]) -> str:
 
 
 def _check_rules(
-    mirrors: Mirrors, where: dict[str, str], known: Sequence[ImageSeen], components: Sequence[Component]
+    mirrors: Mirrors,
+    allowed: _Allowed,
+    where: dict[str, str],
+    known: Sequence[ImageSeen],
+    components: Sequence[Component],
 ) -> None:
     """Every rule of every document, as written, against every policy."""
     problems: list[str] = []
     in_use: list[tuple[str, str]] | None = None  # (component, reference): made for the first rule refused
     for kind, rule in mirrors.written_rules:
+        onto_itself = rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source))
+        if not onto_itself and allowed(rule.to):
+            continue
         at = f"{where.get(rule.document, rule.document)}: {_rule_text(kind, rule)}"
-        if rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source)):
+        if onto_itself:
             problems.append(f"{at} maps {rule.source} onto itself, so its references stay where they are")
             continue
         policy = _outside(mirrors.policies, rule.to)
@@ -373,8 +379,8 @@ def _candidates_of(component: Component, generated: _Generated, memo: Memo) -> _
         return hit[1]
     held = _head(component, generated.heads, memo)
     held += _held_in(_payload(component), generated.maps, memo)
-    found = _candidates(held)
-    return _SCANS.put(id(component), (weakref.ref(component), found), found.size())[1]
+    found, size = _candidates(held)
+    return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
 
 
 # A chart block without a string that could name a registry: the rest of a body around it is its chart's alone.
@@ -446,7 +452,8 @@ def enforce(
     A body is made and walked only for a component not seen before, or one holding a refused reference.
     """
     components, known = list(components), list(known)
-    _check_rules(mirrors, where, known, components)
+    allowed = _Allowed(mirrors)
+    _check_rules(mirrors, allowed, where, known, components)
 
     out: dict[str, None] = {}
     rejected: list[str] = []
@@ -457,7 +464,6 @@ def enforce(
         rejected.append(ref)
         reported.setdefault(component, set()).add(ref)
 
-    allowed = _Allowed(mirrors)
     for found in known:
         if found.ref is None:
             out[f"{found.component} {found.where}: no value and no recorded default, so its registry is unknown"] = None
