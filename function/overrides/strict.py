@@ -284,11 +284,10 @@ class _Candidates:
         for token in pick(self.anywhere):
             if not check(token):
                 return True
-        for host, tokens in self.by_host.items():
-            if host in hosts:
-                for token in pick(tokens):
-                    if not check(token):
-                        return True
+        for host in self.by_host.keys() & hosts:  # a CRD's strings name dozens of API groups
+            for token in pick(self.by_host[host]):
+                if not check(token):
+                    return True
         return False
 
 
