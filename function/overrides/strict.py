@@ -182,16 +182,20 @@ class _Generated:
     maps: Shared
     # What the rest of each component's body holds, but its chart (``_head``).
     heads: dict[tuple[Any, ...], tuple[Held, ...]]
+    # What each component's body holds, by the component's id (the stack holds them: their ids stay theirs).
+    bodies: dict[int, tuple[Component, _Candidates]]
 
 
 @cache  # one per generated stack
 def _generated_texts(stack: Stack) -> _Generated:
-    found = _Generated({}, {})
+    found = _Generated({}, {}, {})
     memo: Memo = {}
     for component in stack.components:
         for node in _maps(_payload(component)):
             found.maps[id(node)] = (node, tuple(_held_in(node, {}, memo)))
         found.heads[_head_key(component)] = tuple(_rest(component, memo))
+    for component in stack.components:
+        found.bodies[id(component)] = (component, _walked(component, found, memo)[0])
     return found
 
 
@@ -362,9 +366,9 @@ def _check_rules(
 # What each body holds that could be a reference, by the component it was
 # made from. Components are immutable, and a plan computed for a changed
 # document or policy shares every component it does not rebuild with the last
-# plan (the same objects: generated, or built once per layers and mirrors):
-# their bodies are not walked again, whatever the hosts and allow-lists are
-# now. An entry refers to its component weakly: it does not keep a dropped
+# plan (the same objects, built once per layers and mirrors; the generated
+# ones are read in ``_generated_texts``): their bodies are not walked again,
+# whatever the hosts and allow-lists are now. An entry refers to its component weakly: it does not keep a dropped
 # plan's values alive (they can be megabytes), and once the component is gone
 # its id, free for another object, finds nothing.
 _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedCache(
@@ -373,13 +377,20 @@ _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedC
 
 
 def _candidates_of(component: Component, generated: _Generated, memo: Memo) -> _Candidates:
+    mine = generated.bodies.get(id(component))
+    if mine is not None and mine[0] is component:
+        return mine[1]
     hit = _SCANS.get(id(component))
     if hit is not None and hit[0]() is component:
         return hit[1]
+    found, size = _walked(component, generated, memo)
+    return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
+
+
+def _walked(component: Component, generated: _Generated, memo: Memo) -> tuple[_Candidates, int]:
     held = _head(component, generated.heads, memo)
     held += _held_in(_payload(component), generated.maps, memo)
-    found, size = _candidates(held)
-    return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
+    return _candidates(held)
 
 
 # A chart block without a string that could name a registry: the rest of a body around it is its chart's alone.
@@ -409,14 +420,12 @@ def _head(component: Component, heads: dict[tuple[Any, ...], tuple[Held, ...]], 
 
 def prepare(stack: Stack) -> None:
     """Read what the check reads of a generated stack whatever the policy: its hosts, and what each
-    generated component's body holds that could be a reference (kept per component, see ``_SCANS``).
+    generated component's body holds that could be a reference (``_generated_texts``).
 
     Done at start-up: a restarted server's first strict plan then walks only the bodies it rebuilds.
     """
     stack_hosts(stack)
-    generated, memo = _generated_texts(stack), Memo()
-    for component in stack.components:
-        _candidates_of(component, generated, memo)
+    _generated_texts(stack)
 
 
 def _scan(
