@@ -368,9 +368,10 @@ def _check_rules(
 # document or policy shares every component it does not rebuild with the last
 # plan (the same objects, built once per layers and mirrors; the generated
 # ones are read in ``_generated_texts``): their bodies are not walked again,
-# whatever the hosts and allow-lists are now. An entry refers to its component weakly: it does not keep a dropped
-# plan's values alive (they can be megabytes), and once the component is gone
-# its id, free for another object, finds nothing.
+# whatever the hosts and allow-lists are now. An entry refers to its component
+# weakly: it does not keep a dropped plan's values alive (they can be
+# megabytes), and once the component is gone its id, free for another object,
+# finds nothing.
 _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedCache(
     "strict scans", max_entries=4096, max_bytes=4 * MIB
 )
