@@ -188,6 +188,7 @@ class _Generated:
 
 @cache  # one per generated stack
 def _generated_texts(stack: Stack) -> _Generated:
+    """What each map, each body around its values or manifest, and each body of the generated stack holds."""
     found = _Generated({}, {}, {})
     memo: Memo = {}
     for component in stack.components:
@@ -229,7 +230,7 @@ def _tokens(key: str, text: str) -> tuple[Held, ...]:
 
 # What each (nearest key, string) holds, by the string alone: no host list or
 # policy decides it, so a plan for new mirrors or allow-lists tokenizes only
-# the strings it writes that are not generated ones.
+# the strings it writes.
 _HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache(
     "strict string scans", max_entries=65536, max_bytes=8 * MIB
 )
