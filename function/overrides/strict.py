@@ -276,7 +276,7 @@ class _Allowed:
         return hit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one kept per body: no instance dict
 class _Candidates:
     """What one body holds that could be a reference, whatever the policy: each token once, with its first segment
     as written (all an allow-list of bare hosts decides by)."""
