@@ -8,7 +8,6 @@ secrets, the gateway fields) around bytes encoded before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -32,8 +31,8 @@ from function.inputs import ready
 from function.model import IDENTITY_TYPES, Listener, ServingStack
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import Component, Stack
-from function.tree import to_struct
-from function.wire import Resources, Template, encoded_struct_value, string_value, value
+from function.tree import Kept, to_struct
+from function.wire import Resources, Template, string_value, value
 
 USAGE_API = "protection.crossplane.io/v1beta1"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
@@ -161,12 +160,17 @@ def whole_body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], 
     return out, holes
 
 
-def body_template(planned: Planned) -> Template:
-    """A planned component's body, encoded around its holes: a skeleton kept, what varies put in."""
+def body_template(planned: Planned, kept: Kept | None = None) -> Template:
+    """A planned component's body, encoded around its holes: a skeleton kept, what varies put in.
+
+    ``kept``: the generated subtrees its values may share (:class:`function.tree.Kept`).
+    """
     if planned.component.xr_fields:
         return Template(*whole_body(planned))  # requests fill fields inside the manifest: encoded whole, around them
     skeleton, parts = _skeleton_of(planned)
-    return skeleton.filled({fill: encoded_struct_value(to_struct(part)) for fill, part in parts.items()})
+    # Converted together; a Value holding a map encodes as encoded_struct_value does.
+    converted = to_struct(parts, kept).fields
+    return skeleton.filled({fill: converted[fill].SerializeToString(deterministic=True) for fill in parts})
 
 
 def _skeleton_of(planned: Planned) -> tuple[Template, dict[str, dict[str, Any]]]:
@@ -205,7 +209,7 @@ def _apart(tree: dict[str, Any], field: str) -> dict[str, tuple[tuple[str, ...],
 
 
 # Bodies without what varies (_VARYING), by the holes they keep and their
-# JSON text. A rebuild (other mirrors, another values patch, other documents)
+# text. A rebuild (other mirrors, another values patch, other documents)
 # changes a component's values, chart or annotations, not the rest of its
 # body: the skeleton around them is encoded once, when the stack's own bodies
 # are (StackRenderer), so a restarted server's first plan finds its
@@ -217,9 +221,10 @@ _SKELETONS: BoundedCache[str, Template] = BoundedCache("body skeletons", max_ent
 def _skeleton(tree: dict[str, Any], apart: Mapping[tuple[str, ...], str]) -> Template:
     """A body without the parts at the paths of ``apart``, with holes for them (by name) and the ProviderConfig's
     name."""
-    # Equal JSON, equal encoding: it tells apart true, 1 and "1", and -0.0 from 0.0 (NaN, which
-    # no input lets through, would be one text for several encodings).
-    key = json.dumps([sorted(apart.values()), tree], separators=(",", ":"))
+    # Equal text, equal encoding: Python's repr of a plain tree tells apart True, 1 and "1", and
+    # -0.0 from 0.0, and gives a float's exact value (NaN, which no input lets through, would be
+    # one text for several encodings); half the cost of JSON text.
+    key = repr((sorted(apart.values()), tree))
     hit = _SKELETONS.get(key)
     if hit is None:
         hit = Template(tree, {_PC_NAME: PC_NAME_FILL, **apart})
@@ -262,6 +267,8 @@ class StackRenderer:
         self.stack = stack
         self._own = {c.key: c for c in stack.components}
         self._static = {c.key: body_template(Planned(c)) for c in stack.components}
+        # What rebuilt components share with the generated values, encoded once (their roots are copies).
+        self._kept = Kept(c.values if c.is_release else c.manifest for c in stack.components)
 
     def _template(self, planned: Planned) -> Template:
         component = planned.component
@@ -273,7 +280,7 @@ class StackRenderer:
         hit = _DERIVED.get(key)
         if hit is not None and hit[0] is component:
             return hit[1]
-        template = body_template(planned)
+        template = body_template(planned, self._kept)
         _DERIVED.put(key, (component, template), template.size)
         return template
 
@@ -319,11 +326,13 @@ class StackRenderer:
     def prepare(self, plan: Sequence[Planned]) -> None:
         """Look up ``plan``'s templates now (at start-up: the stack's generated plan), not at its first render;
         its components' ProviderConfig Usages and Usages are then kept for every plan of the stack, and the
-        skeletons of their bodies once a document changed them (annotated with its name: see _VARYING)."""
+        skeletons of their bodies once a document changed them (annotated with its name: see _VARYING); and
+        the generated values' subtrees, which rebuilt values share, encoded."""
         self._prepared(plan)
         for planned in plan:
             if not planned.component.xr_fields:
                 _skeleton_of(Planned(planned.component, MANAGED, ("",)))
+        self._kept.prepare()
 
     def _prepared(self, plan: Sequence[Planned]) -> _Prepared:
         hit = _PREPARED.get(id(plan))

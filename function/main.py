@@ -11,7 +11,7 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import offline, overrides, server, stack
+from function import offline, overrides, server, stack, status
 from function.cache import MIB
 from function.compose import renderer
 from function.errors import InputError
@@ -37,6 +37,7 @@ def _warm_up() -> None:
         loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
         if loaded is not None:
             renderer(loaded).prepare(overrides.prepare(loaded).planned)
+            status.prepare(loaded)
     server.settle_heap()
 
 

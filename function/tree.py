@@ -14,6 +14,8 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from function.cache import MIB, BoundedCache
+
 
 def copy_tree(node: Any) -> Any:
     """A deep copy of a plain tree (its strings, numbers and None are immutable and shared)."""
@@ -56,37 +58,134 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
     return root
 
 
-def to_struct(tree: dict[str, Any]) -> struct_pb2.Struct:
-    """``tree`` as a protobuf Struct, as ``json_format.ParseDict`` makes it."""
+class Kept:
+    """The maps and lists under some roots that are never mutated (a stack's generated values), each
+    converted to protobuf once, on first use, and copied from that encoding after.
+
+    A rebuilt component shares most of its values with the generated ones
+    by identity (:func:`copy_maps`): those subtrees are merged in from
+    their encoding, one call each, rather than walked node by node.
+    """
+
+    __slots__ = ("_roots", "ids")
+
+    def __init__(self, roots: Iterable[Any]) -> None:
+        self._roots = tuple(roots)  # held, so each id below stays its object's
+        ids: set[int] = set()
+        stack = list(self._roots)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                ids.add(id(node))
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                ids.add(id(node))
+                stack.extend(node)
+        self.ids = frozenset(ids)
+
+    def prepare(self) -> None:
+        """Encode every kept subtree now (at start-up), innermost first: each merges its children in from
+        theirs, so the whole costs one conversion of the roots' nodes. The first rebuild then costs what
+        later ones do."""
+        order: list[dict[str, Any] | list[Any]] = []
+        stack = list(self._roots)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict | list):
+                order.append(node)
+                stack.extend(node.values() if isinstance(node, dict) else node)
+        for node in reversed(order):  # every container after those below it
+            _put_kept(struct_pb2.Value(), node, self.ids)
+
+
+# A kept subtree's Value encoded, by the subtree's id (the entry holds it, so
+# its id stays its own while cached): what rebuilt components share with the
+# generated values, once per process (at start-up: Kept.prepare). Every map
+# and list of every stack's values, each encoded on its own, is 511 entries
+# and ~600 KB in all.
+_KEPT: BoundedCache[int, tuple[Any, bytes]] = BoundedCache("kept subtrees", max_entries=4096, max_bytes=1 * MIB)
+_NOTHING_KEPT: frozenset[int] = frozenset()
+
+
+def _put_kept(target: struct_pb2.Value, node: dict[str, Any] | list[Any], kept: frozenset[int]) -> None:
+    """Set the empty ``target`` to ``node``, a kept subtree: from its encoding, made on first use (and those
+    of the kept subtrees below it)."""
+    hit = _KEPT.get(id(node))
+    if hit is not None and hit[0] is node:
+        target.MergeFromString(hit[1])
+        return
+    _set_container(target, node, kept)
+    encoded = target.SerializeToString()
+    _KEPT.put(id(node), (node, encoded), len(encoded))
+
+
+def to_struct(tree: dict[str, Any], kept: Kept | None = None) -> struct_pb2.Struct:
+    """``tree`` as a protobuf Struct, as ``json_format.ParseDict`` makes it; the subtrees in ``kept`` from there."""
     out = struct_pb2.Struct()
-    _fill(out, tree)
+    _fill(out, tree, _NOTHING_KEPT if kept is None else kept.ids)
     return out
 
 
-def _fill(target: struct_pb2.Struct, tree: dict[str, Any]) -> None:
+def fill(target: struct_pb2.Struct, tree: dict[str, Any]) -> None:
+    """Set the fields of ``tree`` in ``target``, each as :func:`to_struct` converts it."""
+    _fill(target, tree, _NOTHING_KEPT)
+
+
+# Dispatch by exact type first (what trees hold), the general checks after;
+# ``kept``: the ids of the kept subtrees (see Kept).
+def _fill(target: struct_pb2.Struct, tree: dict[str, Any], kept: frozenset[int]) -> None:
     fields = target.fields
     for key, value in tree.items():
-        _set(fields[key], value)
+        if type(value) is str:
+            fields[key].string_value = value
+        else:
+            _set(fields[key], value, kept)
 
 
-def _set(target: struct_pb2.Value, value: Any) -> None:
-    if isinstance(value, str):
+def _set(target: struct_pb2.Value, value: Any, kept: frozenset[int]) -> None:
+    kind = type(value)
+    if kind is str:
         target.string_value = value
-    elif isinstance(value, dict):
+    elif kind is dict or kind is list:
+        if id(value) in kept:
+            _put_kept(target, value, kept)
+        else:
+            _set_container(target, value, kept)
+    elif kind is bool:
+        target.bool_value = value
+    elif kind is int or kind is float:
+        target.number_value = value
+    elif value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    else:
+        _set_other(target, value, kept)
+
+
+def _set_container(
+    target: struct_pb2.Value, value: dict[str, Any] | list[Any] | tuple[Any, ...], kept: frozenset[int]
+) -> None:
+    if isinstance(value, dict):
         struct = target.struct_value
         struct.SetInParent()  # an empty map is a map, not an unset value
-        _fill(struct, value)
+        _fill(struct, value, kept)
+    else:
+        items = target.list_value
+        items.SetInParent()
+        add = items.values.add
+        for item in value:
+            _set(add(), item, kept)
+
+
+def _set_other(target: struct_pb2.Value, value: Any, kept: frozenset[int]) -> None:
+    """What :func:`_set` does for subclasses (a str enum, a dict subclass) and tuples."""
+    if isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, dict | list | tuple):
+        _set_container(target, value, kept)
     elif isinstance(value, bool):  # before int: a bool is an int in Python
         target.bool_value = value
     elif isinstance(value, int | float):
         target.number_value = value
-    elif isinstance(value, list | tuple):
-        items = target.list_value
-        items.SetInParent()
-        for item in value:
-            _set(items.values.add(), item)
-    elif value is None:
-        target.null_value = struct_pb2.NULL_VALUE
     else:
         raise TypeError(f"not a JSON value: {type(value).__name__}")
 

@@ -124,7 +124,12 @@ def struct_value(fields: Mapping[str, bytes]) -> bytes:
 
 def encoded_struct_value(struct: struct_pb2.Struct) -> bytes:
     """A ``Value`` holding ``struct``, encoded."""
-    return _field(_STRUCT_VALUE, struct.SerializeToString(deterministic=True))
+    return serialized_struct_value(struct.SerializeToString(deterministic=True))
+
+
+def serialized_struct_value(serialized: bytes) -> bytes:
+    """A ``Value`` holding the Struct serialized as ``serialized``, encoded."""
+    return _field(_STRUCT_VALUE, serialized)
 
 
 @dataclass(frozen=True)
@@ -223,8 +228,9 @@ class Template:
         lengths.update({name: len(fills[name]) for name in self._fills})
         return lengths
 
-    def _lay_out(self, lengths: Mapping[str, int], out: list[bytes | str]) -> int:
-        """Append the encoding's parts to ``out``, with the name of the fill in place of each hole; return its length.
+    def _lay_out(self, lengths: Mapping[str, int], own: Mapping[str, bytes], out: list[bytes | str]) -> int:
+        """Append the encoding's parts to ``out``, each hole's fill in place if ``own`` has it (filled once
+        and for all), else its name; return its length.
 
         ``lengths``: the length of each fill by name.
         """
@@ -238,11 +244,11 @@ class Template:
                 inner = part.key + _ENTRY_VALUE + varint(size)
                 head = _MAP_ENTRY + varint(len(inner) + size) + inner
                 out.append(head)
-                out.append(part.fill)
+                out.append(own.get(part.fill) or part.fill)  # an own fill is never empty: a Value has a tag
                 total += len(head) + size
             else:
                 body: list[bytes | str] = []
-                size = part.template._lay_out(lengths, body)
+                size = part.template._lay_out(lengths, own, body)
                 struct = _STRUCT_VALUE + varint(size)
                 inner = part.key + _ENTRY_VALUE + varint(len(struct) + size) + struct
                 head = _MAP_ENTRY + varint(len(inner) + size) + inner
@@ -268,27 +274,22 @@ class Template:
 
     def _entry(self, key: str, fills: Mapping[str, bytes], ready: bool, lengths: tuple[int, ...] | int) -> _Entry:
         body: list[bytes | str] = []
-        size = self._lay_out(self._lengths(fills), body)
+        size = self._lay_out(self._lengths(fills), self._own, body)
         body_head = _MAP_ENTRY + varint(size)
         resource = len(body_head) + size + (len(_READY_TRUE) if ready else 0)
         inner = _entry_key(key) + _ENTRY_VALUE + varint(resource)
-        parts: list[bytes | str] = [_ENTRY_VALUE + varint(len(inner) + resource) + inner + body_head]
-        parts.extend(body)
         if ready:
-            parts.append(_READY_TRUE)
+            body.append(_READY_TRUE)
         # Runs of encoded parts joined: a request copies a few parts per entry, not one per map level.
         merged: list[bytes] = []
         holes: list[tuple[int, str]] = []
-        run: list[bytes] = []
-        own = self._own
-        for part in parts:
-            if isinstance(part, str) and part in own:
-                run.append(own[part])  # filled once: encoded with what surrounds it
-            elif isinstance(part, str):
+        run = [_ENTRY_VALUE + varint(len(inner) + resource) + inner + body_head]
+        for part in body:
+            if isinstance(part, str):
                 merged.append(b"".join(run))
-                run.clear()
                 holes.append((len(merged), part))
                 merged.append(b"")
+                run = []
             else:
                 run.append(part)
         merged.append(b"".join(run))
@@ -297,9 +298,8 @@ class Template:
     def encode(self, fills: Mapping[str, bytes]) -> bytes:
         """The Struct filled with ``fills``, encoded (what :meth:`entry` puts into a map entry)."""
         parts: list[bytes | str] = []
-        self._lay_out(self._lengths(fills), parts)
-        own = self._own
-        return b"".join((own[p] if p in own else fills[p]) if isinstance(p, str) else p for p in parts)
+        self._lay_out(self._lengths(fills), self._own, parts)
+        return b"".join(fills[p] if isinstance(p, str) else p for p in parts)
 
 
 _READY_TRUE = _READY + varint(fnv1.READY_TRUE)

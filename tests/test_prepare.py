@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from function import main, overrides, server, stack
+from function import main, overrides, server, stack, status
 from function.cache import caches
 from function.compose import renderer
 from function.model import Accelerator, Cloud
@@ -100,3 +100,21 @@ def _stack_of(pair: tuple[str, str]) -> Stack:
     loaded = stack.load(Cloud(pair[0]), Accelerator(pair[1]))
     assert loaded is not None
     return loaded
+
+
+@pytest.mark.parametrize("cloud", ["EKS", "Existing"])
+def test_after_prepare_the_first_rebuild_encodes_only_what_it_changed(cloud: str) -> None:
+    # Its bodies' skeletons were encoded with the stack's own bodies, the generated subtrees its values share
+    # and what the status says of each component whatever the documents by the warm-up.
+    loaded = _stack(cloud)
+    _empty()
+    renderer.cache_clear()  # a restarted server's renderer: its own bodies encoded anew
+    renderer(loaded).prepare(prepare(loaded).planned)  # as the server's warm-up does
+    status.prepare(loaded)
+    names = ("kept subtrees", "body skeletons", "status.stack component entries")
+    kept = {c.name: len(c) for c in caches() if c.name in names}
+    assert len(kept) == len(names) and all(kept.values())
+    derived = next(c for c in caches() if c.name == "overridden bodies")
+    overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
+    assert len(derived)  # it did rebuild bodies
+    assert {c.name: len(c) for c in caches() if c.name in kept} == kept

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from function.inputs import plain
 from function.paths import set_path
-from function.tree import copy_maps, copy_tree, holders, to_struct
+from function.tree import Kept, copy_maps, copy_tree, holders, to_struct
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
@@ -26,6 +26,31 @@ def test_to_struct_is_parse_dict(tree: dict[str, Any]) -> None:
     expected = json_format.ParseDict(tree, struct_pb2.Struct())
     assert to_struct(tree) == expected
     assert to_struct(tree).SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+
+
+def _containers(node: Any) -> list[Any]:
+    """Every map and list in ``node``, itself first if it is one."""
+    if isinstance(node, dict):
+        return [node, *(c for v in node.values() for c in _containers(v))]
+    if isinstance(node, list):
+        return [node, *(c for v in node for c in _containers(v))]
+    return []
+
+
+@given(TREES, st.data())
+def test_kept_subtrees_convert_as_walked_ones(tree: dict[str, Any], data: st.DataObject) -> None:
+    # Some subtrees kept (and all below them), some shared twice by identity: the first conversion
+    # walks and keeps them, the next merges them in from their encoding; both are ParseDict's.
+    inner = _containers(tree)[1:]
+    roots = data.draw(st.lists(st.sampled_from(inner), max_size=3)) if inner else []
+    if roots:
+        tree = {**tree, "again": roots[0]}
+    kept = Kept(roots)
+    expected = json_format.ParseDict(tree, struct_pb2.Struct())
+    for _ in range(2):
+        struct = to_struct(tree, kept)
+        assert struct == expected
+        assert struct.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
 
 
 @given(TREES)

@@ -29,12 +29,13 @@ from google.protobuf.internal import decoder, encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import compose, stack, wire
+from function import compose, fn, stack, status, wire
+from function.cache import caches
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
 from function.offline import RenderError, run_pipeline
-from function.overrides.planned import Planned
-from function.tree import to_struct
+from function.overrides.planned import UNMANAGED, Planned
+from function.tree import Kept, to_struct
 from tests.support.repo import EXAMPLE, load_docs
 from tests.support.xr import make_xr, provider_configs
 
@@ -326,28 +327,61 @@ def _with_mirror_targets(docs: list[dict[str, Any]], suffix: str) -> list[dict[s
 def test_a_rebuilt_body_encodes_as_its_whole_body_does(
     cloud: str, accelerator: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every component rebuilt for one registry setting, then for another:
-    # their values share what was not written with the generated values,
-    # their skeletons (kept by content) with each other. Each template
-    # encodes as the whole body, encoded afresh, does.
+    # Every scenario; then every component rebuilt for one registry setting,
+    # then for another: their values share what was not written with the
+    # generated values, their skeletons (kept by content) with each other and
+    # with the stack's own bodies. Each template encodes as the whole body,
+    # encoded afresh, does.
     built: list[tuple[Planned, wire.Template]] = []
     real = compose.body_template
 
-    def recording(planned: Planned) -> wire.Template:
-        template = real(planned)
+    def recording(planned: Planned, kept: Kept | None = None) -> wire.Template:
+        template = real(planned, kept)
         built.append((planned, template))
         return template
 
     monkeypatch.setattr(compose, "body_template", recording)
+    for cache in caches():
+        cache.clear()  # plans cached by an earlier test would render from their templates
+    for docs in SCENARIOS.values():
+        _final_request(cloud, accelerator, docs)
     for target in (f"{cloud}-a", f"{cloud}-b/longer"):
         if _final_request(cloud, accelerator, _with_mirror_targets(SCENARIOS["regulated-bank"], target)) is None:
             pytest.skip(f"regulated-bank is refused on {cloud}/{accelerator}")
     assert sum(1 for planned, _ in built if planned.changed_by) > 1
+    assert any(planned.state == UNMANAGED for planned, _ in built)
     for planned, template in built:
         names = {compose.PC_NAME_FILL, *planned.component.xr_fields.values()}
         fills = {name: wire.string_value(f"filled {name}") for name in names}
         whole = wire.Template(*compose.whole_body(planned))
         assert template.encode(fills) == whole.encode(fills), planned.component.key
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
+def test_status_stack_converts_as_the_whole_status_does(
+    cloud: str, accelerator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each scenario, then the bank's with two other registry settings: new
+    # plans whose status says what it says of each component whatever the
+    # documents from an encoding kept per component, beside the rest.
+    calls: list[tuple[tuple[Any, ...], status.StackStatus]] = []
+    real = status.converted_stack_status
+
+    def recording(*args: Any) -> status.StackStatus:
+        converted = real(*args)
+        calls.append((args, converted))
+        return converted
+
+    monkeypatch.setattr(fn, "converted_stack_status", recording)
+    banks = [_with_mirror_targets(SCENARIOS["regulated-bank"], f"{cloud}-{n}") for n in ("a", "b")]
+    for docs in (*SCENARIOS.values(), *banks):
+        _final_request(cloud, accelerator, docs)
+    assert len(calls) > len(SCENARIOS)
+    for args, converted in calls:
+        struct = to_struct(status.stack_status(*args))
+        assert converted.struct == struct
+        assert converted.serialized == struct.SerializeToString(deterministic=True)
+        assert converted.value == wire.encoded_struct_value(struct)
 
 
 def test_skeletons_that_encode_apart_are_kept_apart() -> None:
