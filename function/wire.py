@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -305,8 +305,7 @@ class Template:
 _READY_TRUE = _READY + varint(fnv1.READY_TRUE)
 
 
-@dataclass(frozen=True)
-class _Entry:
+class _Entry(NamedTuple):  # made for every new template: a tuple is made 4x faster than a frozen dataclass
     """A map entry laid out for (key, ready, fill lengths): its encoded parts, where fills go (by name),
     the Resource's size, where it sorts."""
 
