@@ -16,12 +16,22 @@ def get_path(data: Any, path: str, default: Any = None) -> Any:
 
 def set_path(data: dict[str, Any], path: str, value: Any) -> None:
     """Set ``value`` at ``path``, creating (or replacing non-map) intermediates."""
-    parts = path.split(".")
+    node, key = holder(data, path)
+    node[key] = value
+
+
+def holder(data: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The map ``path``'s last key is set in, made as :func:`set_path` makes it, and that key.
+
+    ``holder[key]`` then reads what :func:`get_path` reads (None when absent),
+    for a read-then-write without a second walk.
+    """
+    *parents, key = path.split(".")
     node = data
-    for part in parts[:-1]:
+    for part in parents:
         child = node.get(part)
         if not isinstance(child, dict):
             child = {}
             node[part] = child
         node = child
-    node[parts[-1]] = value
+    return node, key

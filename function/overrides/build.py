@@ -13,12 +13,11 @@ settings, are read once per stack, so new mirrors only rewrite them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.stack import ChartRef, Component, Stack
@@ -48,24 +47,36 @@ class Acc:
             self.provenance[path] = document
 
 
-def leaves(node: Any, path: str) -> Iterable[str]:
+def leaves(node: Any, path: str) -> list[str]:
     """Leaf paths of a values patch (a non-empty map is not a leaf; a list is)."""
-    if isinstance(node, dict) and node:
-        for key, value in node.items():
-            yield from leaves(value, f"{path}.{key}")
-    else:
-        yield path
+    if not (isinstance(node, dict) and node):
+        return [path]
+    out: list[str] = []
+    _leaves_into(node, path, out)
+    return out
+
+
+def _leaves_into(node: dict[str, Any], path: str, out: list[str]) -> None:
+    # Appended to one list, not yielded up through each level of the tree.
+    for key, value in node.items():
+        here = f"{path}.{key}"
+        if isinstance(value, dict) and value:
+            _leaves_into(value, here, out)
+        else:
+            out.append(here)
 
 
 def _layered(
     base: dict[str, Any], layers: Sequence[tuple[str, dict[str, Any]]], field_name: str
-) -> tuple[dict[str, Any], tuple[tuple[str, str], ...]]:
-    """``base`` with each document's patch deep-merged in order, and each leaf as (document, path) to credit."""
-    credited: list[tuple[str, str]] = []
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``base`` with each document's patch deep-merged in order, and the document to credit for each leaf
+    path (the last to set it, in the order of first setting: as :meth:`Acc.touch` leaves them, in turn)."""
+    credit: dict[str, str] = {}
     for document, patch in layers:
         base = deep_merge(base, patch)
-        credited += ((document, path) for path in leaves(patch, field_name))
-    return base, tuple(credited)
+        for path in leaves(patch, field_name):
+            credit[path] = document
+    return base, credit
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,8 @@ class _Layered:
 
     comp: Component
     body: dict[str, Any]  # its values, or its manifest
-    credited: tuple[tuple[str, str], ...]  # (document, path) of every leaf the layers set, in order
+    credit: dict[str, str]  # leaf path the layers set -> the document credited (see _layered)
+    documents: tuple[str, ...]  # the layers' documents, in order: each sets some leaf
     # A Release's declared images as read in ``body`` (see images.Reading);
     # None for an Object, or when writing one image can change what a later
     # one reads: then each is read as the rewriting reaches it.
@@ -87,15 +99,16 @@ def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dic
     generated = _unlayered(stack)[comp.key]
     if not layers:
         return generated
+    documents = tuple(dict.fromkeys(document for document, _ in layers))
     if comp.is_release:
-        body, credited = _layered(comp.values, layers, "values")
+        body, credit = _layered(comp.values, layers, "values")
         readings = None if generated.readings is None else tuple(images.read_image(body, i) for i in comp.images)
     else:
-        body, credited = _layered(comp.manifest, layers, "manifest")
+        body, credit = _layered(comp.manifest, layers, "manifest")
         # Unlike Helm values, a manifest is applied as written: null means
         # "not there", so deleted keys go rather than travel as nulls.
         body, readings = drop_nulls(body), None
-    return _Layered(comp, body, credited, readings, generated.holders)
+    return _Layered(comp, body, credit, documents, readings, generated.holders)
 
 
 @cache  # one per generated stack
@@ -111,9 +124,9 @@ def _unlayered(stack: Stack) -> dict[str, _Layered]:
     for c in stack.components:
         if c.is_release:
             readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
-            out[c.key] = _Layered(c, c.values, (), readings, holders(_written_paths(c)))
+            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)))
         else:
-            out[c.key] = _Layered(c, c.manifest, (), None, ())
+            out[c.key] = _Layered(c, c.manifest, {}, (), None, ())
     return out
 
 
@@ -131,26 +144,34 @@ def _reads_apart(comp: Component) -> bool:
     return True
 
 
+def _credit(layered: _Layered, acc: Acc) -> None:
+    """What the layers set, credited on ``acc`` (fresh: see built) as touching each leaf in turn would."""
+    acc.changed.update(dict.fromkeys(layered.documents))
+    acc.provenance.update(layered.credit)
+
+
 def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
     comp, values = layered.comp, layered.body
-    for document, path in layered.credited:
-        acc.touch(document, path)
+    _credit(layered, acc)
     if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
         # deep_merge shares subtrees with the generated values: copy the maps
         # on the way to what the rewriting below may write, and only those.
         values = copy_maps(values, layered.holders)
+    readings = layered.readings
+    changed, provenance = acc.changed, acc.provenance  # Acc.touch, inlined: a few writes per image
     for i, img in enumerate(comp.images):
-        reading = images.read_image(values, img) if layered.readings is None else layered.readings[i]
+        reading = images.read_image(values, img) if readings is None else readings[i]
         changes, seen = images.rewrite_image(values, reading, mirrors.images, comp.key, f"image {img.name}")
         found.append(seen)
-        for change in changes:
-            acc.touch(change.document, f"values.{change.path}")
+        for path, _value, document in changes:
+            changed[document] = None
+            provenance[f"values.{path}"] = document
     if mirrors.image_pull_secrets:
         _pull_secrets(values, comp, mirrors, acc)
     chart = _chart(comp, acc, mirrors)
     if values is comp.values and chart is comp.chart:
         return comp
-    return dataclasses.replace(comp, values=values, chart=chart)
+    return replaced(comp, values=values, chart=chart)
 
 
 def _written_paths(comp: Component) -> Iterator[str]:
@@ -188,13 +209,12 @@ def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
     if mirrors.chart_pull_secret and mirrors.charts.mirrored(changed.get("repository", chart.repository).rstrip("/")):
         changed["pull_secret_ref"] = mirrors.chart_pull_secret
         acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
-    return dataclasses.replace(chart, **changed) if changed else chart
+    return replaced(chart, **changed) if changed else chart
 
 
 def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
     comp, manifest = layered.comp, layered.body
-    for document, path in layered.credited:
-        acc.touch(document, path)
+    _credit(layered, acc)
     # Copy the manifest only when there is something to write into it.
     containers = list(images.pod_containers(manifest))
     rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
@@ -215,7 +235,23 @@ def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.document, f"manifest.{change.path}")
-    return dataclasses.replace(comp, manifest=manifest) if changes or layered.body is not comp.manifest else comp
+    return replaced(comp, manifest=manifest) if changes or layered.body is not comp.manifest else comp
+
+
+_Frozen = TypeVar("_Frozen", Component, ChartRef)
+
+
+def replaced(obj: _Frozen, **changes: Any) -> _Frozen:
+    """``dataclasses.replace(obj, **changes)`` for a Component or ChartRef, without calling its ``__init__``.
+
+    Those take every field as given (no ``__post_init__``, no derived field),
+    so copying the attributes is the same object; ``replace`` reads each
+    field, then sets each one again through ``object.__setattr__``: a rebuild
+    for new mirrors makes two per component.
+    """
+    new = object.__new__(type(obj))
+    vars(new).update(vars(obj), **changes)
+    return new
 
 
 # Built components by what builds them: a changed document recomputes only

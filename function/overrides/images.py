@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from function.errors import InputError
-from function.paths import get_path, set_path
+from function.paths import get_path, holder, set_path
 from function.stack import ImageRef
 
 from .registry import Rules, rewrite_image_name
@@ -69,8 +68,12 @@ def check_reference(ref: str, where: str) -> None:
         raise InputError(f"{where}: {ref!r} is not an image reference (host/path:tag or host/path@sha256:...)")
 
 
-@dataclass(frozen=True)
-class Change:
+# The records below are tuples: a rebuild for new mirrors makes one or more
+# per image of every component, and a tuple is made several times faster
+# than a frozen dataclass.
+
+
+class Change(NamedTuple):
     """One value the layer wrote, and the rule (document) behind it."""
 
     path: str
@@ -78,8 +81,7 @@ class Change:
     document: str  # the name of the document behind it
 
 
-@dataclass(frozen=True)
-class ImageSeen:
+class ImageSeen(NamedTuple):
     """An image reference in the output, after rewriting.
 
     ``ref`` is None when the reference is unknown here (a chart default the
@@ -160,28 +162,23 @@ def _write_name(
     values: dict[str, Any], img: ImageRef, name: str, suffix: str, document: str, *, split: tuple[bool, str | None]
 ) -> list[Change]:
     """Write ``name`` (and ``suffix``) at the image's paths; ``split`` is :func:`_split` of the values before."""
-    changes: list[Change] = []
-
-    def put(path: str, value: Any) -> None:
-        set_path(values, path, value)
-        changes.append(Change(path, value, document))
-
     if img.ref is not None:
-        put(img.ref, name + suffix)
-    elif img.repository is not None and img.registry is not None and split[0]:
+        set_path(values, img.ref, name + suffix)
+        return [Change(img.ref, name + suffix, document)]
+    if img.repository is not None and img.registry is not None and split[0]:
         registry, repository = _split_registry(name, split[1])
-        put(img.registry, registry)
-        put(img.repository, repository)
-    elif img.repository is not None:
-        # A full host/path repository (the registry key, if any, left unset).
-        put(img.repository, name)
-    elif img.registry is not None:
-        put(img.registry, name)
-    return changes
+        set_path(values, img.registry, registry)
+        set_path(values, img.repository, repository)
+        return [Change(img.registry, registry, document), Change(img.repository, repository, document)]
+    # A full host/path repository (the registry key, if any, left unset), or a registry prefix alone.
+    path = img.repository if img.repository is not None else img.registry
+    if path is None:
+        return []
+    set_path(values, path, name)
+    return [Change(path, name, document)]
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """One declared image as a component's values give it, before any mirror rule: what rewriting it needs.
 
     It depends on the values alone, never on the registry settings: a component
@@ -331,10 +328,10 @@ def write_pull_secrets(
     ``name_paths`` one name and ``ref_paths`` one ``{name: x}``; the last two
     get the first secret (the mirror's credentials come first).
     """
-    for path in ref_list_paths:
-        set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=False))
-    for path in name_list_paths:
-        set_path(target, path, merge_pull_secrets(get_path(target, path), names, plain=True))
+    for paths, plain in ((ref_list_paths, False), (name_list_paths, True)):
+        for path in paths:
+            node, key = holder(target, path)
+            node[key] = merge_pull_secrets(node.get(key), names, plain=plain)
     for path in name_paths:
         set_path(target, path, names[0])
     for path in ref_paths:

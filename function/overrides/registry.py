@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 CATCH_ALL = "*"
 
@@ -25,8 +26,7 @@ class Rule:
     document: str  # the name of the document that set it, for provenance
 
 
-@dataclass(frozen=True)
-class Rewrite:
+class Rewrite(NamedTuple):  # one per rewritten reference: a tuple is made several times faster than a dataclass
     value: str
     rule: Rule
 
@@ -82,9 +82,24 @@ class Rules:
         return self._targets.cover(ref)
 
     def match(self, ref: str) -> Rule | None:
-        for rule, source, below in self._sources:
+        for rule, source, below, _to, _cut in self._sources:
             if source is None or ref == source or ref.startswith(below):
                 return rule
+        return None
+
+    def rewrite(self, ref: str, host_end: int) -> Rewrite | None:
+        """``ref`` under the rule that matches it; the catch-all replaces ``ref[:host_end]``, keeping the path.
+
+        None when no rule matches or ``ref`` is already under a rule's target.
+        """
+        if self._targets.cover(ref):
+            return None
+        for rule, source, below, to, cut in self._sources:
+            if source is None:
+                path = ref[host_end + 1 :] if host_end < len(ref) else ""
+                return Rewrite(f"{to}/{path}" if path else to, rule)
+            if ref == source or ref.startswith(below):
+                return Rewrite(to + ref[cut:], rule)
         return None
 
     # What under() strips and appends, done once per rule set rather than per
@@ -94,37 +109,34 @@ class Rules:
         return _Prefixes.of(r.to for r in self.rules)
 
     @cached_property
-    def _sources(self) -> tuple[tuple[Rule, str | None, str], ...]:
-        """Each rule with its source as :func:`under` compares it (None for the catch-all)."""
-        return tuple((r, None, "") if r.source == CATCH_ALL else (r, *_boundary(r.source)) for r in self.rules)
+    def _sources(self) -> tuple[tuple[Rule, str | None, str, str, int], ...]:
+        """Each rule with its source as :func:`under` compares it (None for the catch-all), its target
+        without a trailing slash, and how much of a reference its source replaces."""
+        return tuple(
+            (r, None, "", r.to.rstrip("/"), 0)
+            if r.source == CATCH_ALL
+            else (r, *_boundary(r.source), r.to.rstrip("/"), len(r.source.rstrip("/")))
+            for r in self.rules
+        )
 
 
 def rewrite_image_name(rules: Rules, name: str) -> Rewrite | None:
     """Rewrite a fully qualified image name (``host/path``, no tag); None when no rule applies."""
-    if rules.mirrored(name):
-        return None
-    rule = rules.match(name)
-    if rule is None:
-        return None
-    if rule.source == CATCH_ALL:
-        _host, _, path = name.partition("/")
-        return Rewrite(f"{rule.to.rstrip('/')}/{path}" if path else rule.to.rstrip("/"), rule)
-    return Rewrite(rule.to.rstrip("/") + name[len(rule.source.rstrip("/")) :], rule)
+    return rules.rewrite(name, _end(name.find("/"), name))
 
 
 def rewrite_chart_repository(rules: Rules, repository: str) -> Rewrite | None:
     """Rewrite a chart repository URL; the chart name and version are not part of it."""
     repository = repository.rstrip("/")
-    if rules.mirrored(repository):
-        return None
-    rule = rules.match(repository)
-    if rule is None:
-        return None
-    if rule.source == CATCH_ALL:
-        _scheme, _, rest = repository.partition("://")
-        _host, _, path = rest.partition("/")
-        return Rewrite(f"{rule.to.rstrip('/')}/{path}" if path else rule.to.rstrip("/"), rule)
-    return Rewrite(rule.to.rstrip("/") + repository[len(rule.source.rstrip("/")) :], rule)
+    scheme = repository.find("://")
+    # The catch-all replaces scheme and host (all of a reference without a scheme).
+    host_end = len(repository) if scheme < 0 else _end(repository.find("/", scheme + 3), repository)
+    return rules.rewrite(repository, host_end)
+
+
+def _end(slash: int, ref: str) -> int:
+    """Where the host a catch-all replaces ends: the first path slash, or the end of ``ref`` without one."""
+    return len(ref) if slash < 0 else slash
 
 
 def bare(ref: str) -> str:
