@@ -367,7 +367,7 @@ class _Planner:
                 planned.append(Planned(comp, acc.state, (acc.state_by,)))
                 acc.provenance = {"state": acc.state_by}
             if acc.provenance:
-                provenance[comp.key] = dict(acc.provenance)
+                provenance[comp.key] = acc.provenance  # this planner's own: nothing writes it any more
         planned += [Planned(c, MANAGED, (document,)) for c, document in drivers]
         provenance.update(self.driver_provenance)
         if mirrors.strict:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from function.stack import Component
 
@@ -20,9 +20,11 @@ UNMANAGED: Final[State] = "Unmanaged"
 REMOVED: Final[State] = "Removed"
 
 
-@dataclass(frozen=True)
-class Planned:
-    """A component as planning left it for this request."""
+class Planned(NamedTuple):
+    """A component as planning left it for this request.
+
+    (A tuple: a plan makes one per component, and a tuple is made several times faster than a frozen dataclass.)
+    """
 
     component: Component
     state: State = MANAGED
