@@ -10,7 +10,7 @@ renderer holds ready.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -20,7 +20,7 @@ from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import Component, Stack
-from function.tree import copy_tree
+from function.tree import copy_maps, holders
 from function.values import deep_merge
 
 from . import images, strict
@@ -112,9 +112,32 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
                     set_path(patch, path, value)
 
 
+def _shortcut_paths(comp: Component, over: ComponentOverride) -> Iterator[str]:
+    """The value paths the shortcuts ``over`` gives may write on ``comp``."""
+    if over.replicas is not None:
+        yield from comp.replicas
+    if over.resources is not None:
+        yield from comp.resources
+    if over.image is not None:
+        yield from (p for img in comp.images for p in (img.ref, img.registry, img.repository, img.tag) if p)
+    if over.podDisruptionBudget is not None:
+        yield from (
+            p for b in comp.pod_disruption_budgets for p in (b.enabled, b.min_available, b.max_unavailable) if p
+        )
+
+
 def _values_patch(comp: Component, over: ComponentOverride, document: str, where: str) -> dict[str, Any]:
-    """The document's values plus its shortcuts, as one patch (shortcuts win)."""
-    patch: dict[str, Any] = copy_tree(over.values) if over.values else {}
+    """The document's values plus its shortcuts, as one patch (shortcuts win).
+
+    The document's values are shared by every request that parsed it: the
+    patch copies only the maps on the paths its shortcuts write (layering
+    copies what it takes from a patch, see deep_merge; nothing else writes
+    into one).
+    """
+    values = over.values or {}
+    if not over.shortcuts():
+        return values
+    patch = copy_maps(values, holders(_shortcut_paths(comp, over)))
     if over.replicas is not None:
         for path in comp.replicas:
             set_path(patch, path, over.replicas)
