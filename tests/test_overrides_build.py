@@ -15,7 +15,7 @@ from function import stack
 from function.cache import caches
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, Plan, plan
-from function.overrides.build import Acc, built
+from function.overrides.build import Acc, built, mirrors_key
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import read_image
 from function.overrides.registry import CATCH_ALL, Mirrors, Policy, Rule, Rules, bare, under
@@ -117,7 +117,7 @@ def test_an_image_reading_what_an_earlier_one_wrote_is_read_after_that_write() -
     for to in ("mirror-a.example.com/hub", "mirror-b.example.com/hub"):
         mirrors = Mirrors(images=Rules.of([Rule("*", to, "mirrors")]))
         acc = Acc()
-        new, seen = built(synthetic, shared, acc, [], mirrors, repr(mirrors))
+        new, seen = built(synthetic, shared, acc, [], mirrors, mirrors_key(mirrors))
         assert new.values == {
             "global": {"registry": to},
             "a": {"repository": "org/a", "tag": "1"},

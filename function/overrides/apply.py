@@ -24,7 +24,7 @@ from function.tree import copy_maps, holders
 from function.values import deep_merge
 
 from . import images, strict
-from .build import Acc, built, leaves, sizes
+from .build import Acc, built, leaves, mirrors_key, sizes
 from .document import (
     Collected,
     ComponentOverride,
@@ -365,7 +365,7 @@ class _Planner:
 
     def plan(self) -> Plan:
         mirrors = self.registry.mirrors()
-        mirrors_key = repr(mirrors)  # see built
+        by_mirrors = mirrors_key(mirrors)  # see built
         drivers = self._driver_components(mirrors)
         states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
         _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
@@ -380,7 +380,7 @@ class _Planner:
             if acc.state in (MANAGED, REMOVED):
                 layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
                 new, seen = built(
-                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, mirrors_key
+                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, by_mirrors
                 )
                 self.found.extend(seen)
                 planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))

@@ -257,8 +257,11 @@ def replaced(obj: _Frozen, **changes: Any) -> _Frozen:
 # Built components by what builds them: a changed document recomputes only
 # the components it changes; the others come back as the same objects, whose
 # protobuf the renderer (and whose strict scan the strict check) already holds.
+# An entry keeps what the build noted as its two maps, not their Acc: fewer
+# objects for the collector to walk while it lives.
 _BUILT: BoundedCache[
-    tuple[int, str | None, str, str], tuple[Component, Component, Acc, tuple[images.ImageSeen, ...]]
+    tuple[int, str | None, str, str],
+    tuple[Component, Component, dict[str, None], dict[str, str], tuple[images.ImageSeen, ...]],
 ] = BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
 
 
@@ -273,12 +276,13 @@ def built(
     """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors): the component
     and the images it pulls.
 
-    ``mirrors_key`` is ``repr(mirrors)``, made once per plan: hashing the
+    ``mirrors_key`` is :func:`mirrors_key`, made once per plan: hashing the
     rules themselves on every lookup costs more than the lookup. What they
     note on ``acc`` is recorded with the result and replayed on every hit.
     """
-    # Insertion order kept: equal keys, equal results.
-    layered = json.dumps(layers, separators=(",", ":")) if layers else ""
+    # Insertion order kept: equal keys, equal results. (repr, not JSON: the
+    # layers are plain trees, whose repr tells apart what JSON does, faster.)
+    layered = repr(layers) if layers else ""
     if not layered and comp.key in _untouched_by_mirrors(stack):
         mirrors_key = ""  # nothing in it a mirror rewrites: built once for every registry setting
     key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
@@ -288,11 +292,26 @@ def built(
         build = _release if comp.is_release else _manifest
         new = build(_under_layers(stack, comp, layers), noted, mirrors, seen)
         weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])
-        hit = _BUILT.put(key, (comp, new, noted, tuple(seen)), weight)
-    _, new, noted, seen_before = hit
-    acc.changed.update(noted.changed)
-    acc.provenance.update(noted.provenance)
+        hit = _BUILT.put(key, (comp, new, noted.changed, noted.provenance, tuple(seen)), weight)
+    _, new, changed, provenance, seen_before = hit
+    acc.changed.update(changed)
+    acc.provenance.update(provenance)
     return new, seen_before
+
+
+def mirrors_key(mirrors: Mirrors) -> str:
+    """What a build reads of ``mirrors``, as one string: every rule and pull secret, and the document behind
+    each (the strict policies are checked on the plan, after building)."""
+    return repr(
+        (
+            [(r.source, r.to, r.document) for r in mirrors.images.rules],
+            [(r.source, r.to, r.document) for r in mirrors.charts.rules],
+            mirrors.image_pull_secrets,
+            mirrors.image_pull_secrets_by,
+            mirrors.chart_pull_secret,
+            mirrors.chart_pull_secret_by,
+        )
+    )
 
 
 def _weight(comp: Component, new: Component, layered: int, generated: int) -> int:

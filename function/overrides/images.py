@@ -281,11 +281,12 @@ def rewrite_manifest(
         pods.setdefault(id(pod), (pod, path.rsplit(".", 1)[0]))
         ref = container["image"]
         name, suffix = split_reference(ref)
-        rewrite = rewrite_image_name(rules, qualify(name)) if rules else None
+        qualified = qualify(name)
+        rewrite = rewrite_image_name(rules, qualified) if rules else None
         if rewrite is not None:
             container["image"] = rewrite.value + suffix
             changes.append(Change(f"{path}.image", container["image"], rewrite.rule.document))
-        found.append(ImageSeen(key, f"manifest.{path}.image", container["image"], qualify(name) + suffix))
+        found.append(ImageSeen(key, f"manifest.{path}.image", container["image"], qualified + suffix))
     if pull_secrets:
         for pod, pod_path in pods.values():
             merged = merge_pull_secrets(pod.get("imagePullSecrets"), pull_secrets)
