@@ -9,7 +9,6 @@ renderer holds ready.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -452,7 +451,8 @@ def plan(stack: Stack, found: Collected) -> Plan:
     if hit is not None:
         return hit
     # A plan holds the documents' content and copies of the generated values
-    # it changed: weighed as both, at their serialized size.
-    documents = sum(len(json.dumps(d.body, separators=(",", ":"))) for d in found.documents)
+    # it changed: weighed as both, at their serialized size (the documents'
+    # as their repr, which is close to their JSON and half the time to make).
+    documents = sum(len(repr(d.body)) for d in found.documents)
     weight = (_generated_bytes(stack) + documents) * PYTHON_FACTOR
     return _CACHE.put(key, _Planner(stack, found.documents, found.policy).plan(), weight)

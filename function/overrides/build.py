@@ -106,7 +106,8 @@ def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dic
     else:
         body, credit = _layered(comp.manifest, layers, "manifest")
         # Unlike Helm values, a manifest is applied as written: null means
-        # "not there", so deleted keys go rather than travel as nulls.
+        # "not there", so deleted keys go rather than travel as nulls. (A
+        # fresh tree: _manifest writes into it without copying it again.)
         body, readings = drop_nulls(body), None
     return _Layered(comp, body, credit, documents, readings, generated.holders)
 
@@ -215,10 +216,11 @@ def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
 def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
     comp, manifest = layered.comp, layered.body
     _credit(layered, acc)
-    # Copy the manifest only when there is something to write into it.
+    # Copy the manifest only when there is something to write into it, and
+    # only the generated one: one under layers is this build's own (drop_nulls).
     containers = list(images.pod_containers(manifest))
     rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
-    if rewriting:
+    if rewriting and manifest is comp.manifest:
         manifest = copy_tree(manifest)
         containers = list(images.pod_containers(manifest))  # the copy's, to write into
     rules = mirrors.images if rewriting else Rules()
