@@ -4,8 +4,10 @@ gives, for every setting, what building it afresh gives; a component under layer
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import given
@@ -15,12 +17,33 @@ from function import stack
 from function.cache import caches
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, Plan, plan
-from function.overrides.build import Acc, built, mirrors_key
+from function.overrides.build import (
+    Acc,
+    _credit,
+    _under_layers,
+    _untouched_by_mirrors,
+    built,
+    leaves,
+    mirrors_key,
+    replaced,
+)
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import read_image
-from function.overrides.registry import CATCH_ALL, Mirrors, Policy, Rule, Rules, bare, under
+from function.overrides.registry import (
+    CATCH_ALL,
+    Mirrors,
+    Policy,
+    Rule,
+    Rules,
+    bare,
+    rewrite_chart_repository,
+    rewrite_image_name,
+    under,
+)
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
+from function.tree import copy_tree
+from function.values import deep_merge
 
 
 def _eks() -> stack.Stack:
@@ -30,10 +53,13 @@ def _eks() -> stack.Stack:
 
 
 def _mirrors(to: str, **components: Any) -> Document:
-    doc = {"registry": {"images": [{"from": "*", "to": to}], "imagePullSecrets": ["pull"]}}
+    doc: dict[str, Any] = {"registry": {"images": [{"from": "*", "to": to}], "imagePullSecrets": ["pull"]}}
     if components:
         doc["components"] = components
-    name = to.replace(".", "-").replace("/", "-")
+    return _document(to.replace(".", "-").replace("/", "-"), doc)
+
+
+def _document(name: str, doc: dict[str, Any]) -> Document:
     digest = hashlib.blake2b(json.dumps(doc, sort_keys=True).encode(), digest_size=16).digest()
     return Document(name, f"EnvironmentConfig {name}: data.servingStack", OverrideDocument.model_validate(doc), digest)
 
@@ -143,3 +169,169 @@ def test_rule_sets_and_policies_match_as_under_does(prefixes: list[str], ref: st
     first = next((r for r in rules.rules if r.source == CATCH_ALL or under(ref, r.source)), None)
     assert rules.match(ref) == first
     assert Policy("d", "here", tuple(prefixes)).allows(ref) == any(under(bare(ref), p) for p in prefixes)
+
+
+# ----------------------------------------------------------------------------- the cheaper rebuild's own mechanisms
+
+
+def test_replaced_is_dataclasses_replace() -> None:
+    # build.replaced copies a Component's or ChartRef's attributes instead of
+    # calling __init__: the same object only while neither derives a field.
+    for cls in (Component, ChartRef):
+        assert not hasattr(cls, "__post_init__"), cls
+        assert not any(isinstance(v, functools.cached_property) for v in vars(cls).values()), cls
+    for chosen in stack.every():
+        for comp in chosen.components:
+            changes: dict[str, Any] = {"values": {"x": 1}, "manifest": {"y": [2]}}
+            if comp.chart is not None:
+                changes["chart"] = replaced(comp.chart, version="9.9.9", pull_secret_ref="secret")
+                assert changes["chart"] == dataclasses.replace(comp.chart, version="9.9.9", pull_secret_ref="secret")
+            new, expected = replaced(comp, **changes), dataclasses.replace(comp, **changes)
+            assert type(new) is Component and vars(new) == vars(expected) and new == expected
+            assert new is not comp and comp.values is not changes["values"]  # the original as it was
+
+
+def _rewrite_reference(rules: Rules, ref: str, host_end: int) -> str | None:
+    """What a rewrite is, rule by rule through under(): the target of the longest matching source (the
+    catch-all replacing ``ref[:host_end]``); None when none matches or ``ref`` is under a target."""
+    if any(under(ref, r.to) for r in rules.rules):
+        return None
+    rule = next((r for r in rules.rules if r.source == CATCH_ALL or under(ref, r.source)), None)
+    if rule is None:
+        return None
+    if rule.source == CATCH_ALL:
+        path = ref[host_end:].partition("/")[2]
+        return f"{rule.to.rstrip('/')}/{path}" if path else rule.to.rstrip("/")
+    return rule.to.rstrip("/") + ref[len(rule.source.rstrip("/")) :]
+
+
+SCHEMES = st.sampled_from(["", "oci://", "https://"])
+
+
+SOURCES = st.one_of(st.just(CATCH_ALL), st.tuples(SCHEMES, SEGMENTS).map("".join))
+
+
+@given(st.lists(SOURCES, max_size=4), SCHEMES, SEGMENTS)
+def test_rewrites_are_the_longest_matching_rules_target(prefixes: list[str], scheme: str, ref: str) -> None:
+    # Rules.rewrite strips each rule's target and source once per rule set.
+    rules = Rules.of([Rule(p, f"m.example/{p.replace('*', 'star')}", "d") for p in prefixes])
+    image = rewrite_image_name(rules, ref)
+    assert (image and image.value) == _rewrite_reference(rules, ref, 0)
+    repository = (scheme + ref).rstrip("/")
+    # A chart repository's catch-all replaces scheme and host; without a scheme, all of it.
+    scheme_end = repository.find("://")
+    host_end = scheme_end + 3 if scheme_end >= 0 else len(repository)
+    chart = rewrite_chart_repository(rules, scheme + ref)
+    assert (chart and chart.value) == _rewrite_reference(rules, repository, host_end)
+    for got in (image, chart):
+        assert got is None or got.rule in rules.rules
+
+
+def _leaves_reference(node: Any, path: str) -> Iterator[str]:
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaves_reference(value, f"{path}.{key}")
+    else:
+        yield path
+
+
+PATCHES = st.recursive(
+    st.one_of(st.none(), st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2)),
+    lambda inner: st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["d1", "d2", "d3"]), st.dictionaries(st.sampled_from("ab"), PATCHES))))
+def test_a_layer_sets_credit_is_touching_each_leaf_in_turn(layers: list[tuple[str, dict[str, Any]]]) -> None:
+    # _layered credits the layers once per layer set, as one map; _credit
+    # puts it on a build's Acc as touching every leaf of every layer would.
+    touched = Acc()
+    for document, patch in layers:
+        assert leaves(patch, "values") == list(_leaves_reference(patch, "values"))
+        for path in _leaves_reference(patch, "values"):
+            touched.touch(document, path)
+    comp = Component(key="c", kind="Release", origin="test", values={"a": {"b": 1}})
+    layered = _under_layers(dataclasses.replace(_eks(), components=(comp,)), comp, layers)
+    credited = Acc()
+    _credit(layered, credited)
+    assert list(credited.provenance.items()) == list(touched.provenance.items())  # order too: status lists it
+    assert list(credited.changed) == list(touched.changed)
+
+
+def test_shortcuts_write_into_the_patch_and_leave_the_documents_values_alone() -> None:
+    # A values patch copies only the maps its shortcuts write into; the
+    # parsed document is shared by every request carrying the same bytes.
+    for chosen in stack.every():
+        components: dict[str, Any] = {}
+        for comp in chosen.components:
+            if not comp.is_release or not (comp.replicas or comp.images):
+                continue
+            values: dict[str, Any] = {"kept": {"a": 1}}
+            for path in (*comp.replicas, *(p for i in comp.images for p in (i.ref, i.repository, i.tag) if p)):
+                values = deep_merge(values, _at(path, "from-values"))
+            over: dict[str, Any] = {"values": values}
+            if comp.replicas:
+                over["replicas"] = 5
+            if comp.images:
+                over["image"] = "example.org/team/image:1.0"
+            components[comp.key] = over
+        document = _document("shortcuts", {"components": components})
+        before = {key: copy_tree(over.values) for key, over in document.doc.components.items()}
+        got = _fresh(chosen, document)
+        assert {key: over.values for key, over in document.doc.components.items()} == before, chosen.id
+        for p in got.planned:
+            if p.component.key in components:
+                assert p.component.values["kept"] == {"a": 1}
+                for path in p.component.replicas:
+                    assert get_path(p.component.values, path) == 5, (chosen.id, p.component.key, path)
+
+
+def test_a_manifest_under_layers_is_rewritten_in_place_and_the_generated_one_left_alone() -> None:
+    for chosen in stack.every():
+        rewritten = [c for c in chosen.components if not c.is_release and c.key not in _untouched_by_mirrors(chosen)]
+        assert rewritten, chosen.id  # (the EnvoyProxy: images a controller runs, pull secrets)
+        generated = {c.key: copy_tree(c.manifest) for c in rewritten}
+        patched = {c.key: {"manifest": {"metadata": {"labels": {"team": "a", "gone": None}}}} for c in rewritten}
+        # Under no layer the generated manifest is copied before writing; under layers it is already the build's own.
+        for document in (_mirrors("mirror.example.com/hub"), _mirrors("mirror.example.com/hub", **patched)):
+            got = _fresh(chosen, document)
+            assert {c.key: c.manifest for c in rewritten} == generated, chosen.id
+            seen = [s for s in got.images if s.component in generated and s.source]
+            assert seen and all(s.ref and s.ref.startswith("mirror.example.com/hub/") for s in seen), chosen.id
+            for p in got.planned:
+                if p.component.key in generated:
+                    assert p.component.manifest != generated[p.component.key]
+                    assert p.component.manifest["metadata"].get("labels", {}).get("team") == (
+                        "a" if document.doc.components else None
+                    )
+
+
+def test_builds_are_kept_by_what_they_read_of_the_mirrors() -> None:
+    chosen = _eks()
+    base = Mirrors(
+        images=Rules.of([Rule("*", "m.example/x", "a")]), image_pull_secrets=("p",), image_pull_secrets_by="a"
+    )
+    variants = [
+        dataclasses.replace(base, images=Rules.of([Rule("*", "m.example/y", "a")])),
+        dataclasses.replace(base, images=Rules.of([Rule("*", "m.example/x", "b")])),
+        dataclasses.replace(base, charts=Rules.of([Rule("*", "oci://m.example/c", "a")])),
+        dataclasses.replace(base, image_pull_secrets=("q",)),
+        dataclasses.replace(base, image_pull_secrets_by="b"),
+        dataclasses.replace(base, chart_pull_secret="c"),
+        dataclasses.replace(base, chart_pull_secret="c", chart_pull_secret_by="b"),
+    ]
+    keys = [mirrors_key(m) for m in (base, *variants)]
+    assert len(set(keys)) == len(keys)  # everything a build reads tells builds apart
+    # Strict policies are checked on the plan: they do not rebuild anything.
+    strict = dataclasses.replace(base, policies=(Policy("a", "here", ("m.example",)),))
+    assert mirrors_key(strict) == mirrors_key(base)
+    registry: dict[str, Any] = {
+        "images": [{"from": "*", "to": "m.example/x"}],
+        "charts": [{"from": "*", "to": "oci://m.example/charts"}],
+    }
+    plain = _document("plain", {"registry": registry})
+    policed = _document("plain", {"registry": {**registry, "strict": True, "allowedRegistries": ["m.example"]}})
+    first, second = _fresh(chosen, plain), _plan(chosen, policed)
+    assert all(a.component is b.component for a, b in zip(first.planned, second.planned, strict=True))
+    assert second == _fresh(chosen, policed)

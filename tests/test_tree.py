@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from function.inputs import plain
-from function.paths import set_path
+from function.paths import get_path, holder, set_path
 from function.tree import Kept, copy_maps, copy_tree, holders, to_struct
 
 JSON = st.recursive(
@@ -99,3 +99,31 @@ def test_copy_maps_shares_what_is_off_the_paths() -> None:
     assert copied["other"] is tree["other"]
     assert copied["operator"]["resources"] is tree["operator"]["resources"]
     assert copied["operator"]["image"] is not tree["operator"]["image"]
+
+
+def _set_reference(data: dict[str, Any], path: str, value: Any) -> None:
+    # Helm's dot path, written step by step: missing or non-map intermediates become maps.
+    node = data
+    parts = path.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c", ""]), NESTED, max_size=4), PATHS, JSON)
+@example({"a": 1, "b": {"c": [1], "": None}}, ["a.b", "b.c.d", "b..a", "c.a"], {"k": 1})  # through scalars, lists, None
+def test_a_holder_reads_as_get_path_and_writes_as_set_path(tree: dict[str, Any], paths: list[str], value: Any) -> None:
+    # Pull secrets read then write each path through one walk (paths.holder).
+    for path in paths:
+        expected, before = copy_tree(tree), get_path(tree, path)
+        node, key = holder(tree, path)
+        assert node.get(key) == before
+        node[key] = copy_tree(value)  # (each write its own: a shared map would be written through twice)
+        _set_reference(expected, path, copy_tree(value))
+        assert tree == expected
+        again = copy_tree(tree)
+        set_path(again, path, [copy_tree(value)])
+        _set_reference(expected, path, [copy_tree(value)])
+        assert again == expected
