@@ -143,7 +143,7 @@ def test_an_image_reading_what_an_earlier_one_wrote_is_read_after_that_write() -
     for to in ("mirror-a.example.com/hub", "mirror-b.example.com/hub"):
         mirrors = Mirrors(images=Rules.of([Rule("*", to, "mirrors")]))
         acc = Acc()
-        new, seen = built(synthetic, shared, acc, [], mirrors, mirrors_key(mirrors))
+        new, seen = built(synthetic, shared, acc, [], mirrors, mirrors_key(mirrors), "")
         assert new.values == {
             "global": {"registry": to},
             "a": {"repository": "org/a", "tag": "1"},

@@ -23,7 +23,7 @@ from function.tree import copy_maps, holders
 from function.values import deep_merge
 
 from . import images, strict
-from .build import Acc, built, leaves, mirrors_key, sizes
+from .build import Acc, built, layers_key, leaves, mirrors_key, sizes
 from .document import (
     Collected,
     ComponentOverride,
@@ -249,6 +249,7 @@ class _Planner:
         self.registry.impose(policy)
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
         self.found: list[images.ImageSeen] = []
+        self.held = 0  # what the plan holds of the documents, serialized (see plan())
         self.driver_provenance: dict[str, dict[str, str]] = {}
         for d in documents:
             self._read(d)
@@ -365,6 +366,7 @@ class _Planner:
     def plan(self) -> Plan:
         mirrors = self.registry.mirrors()
         by_mirrors = mirrors_key(mirrors)  # see built
+        self.held += len(by_mirrors)
         drivers = self._driver_components(mirrors)
         states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
         _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
@@ -377,10 +379,12 @@ class _Planner:
             # are gone (compose orders the removal): keep its overrides, e.g.
             # the mirror it installs from, rather than the generated body.
             if acc.state in (MANAGED, REMOVED):
-                layers = (operator_layers if comp.key == self.stack.driver.operator else []) + acc.patches
-                new, seen = built(
-                    self.stack, comp, acc, layers if comp.is_release else acc.patches, mirrors, by_mirrors
-                )
+                layers = acc.patches
+                if comp.is_release and comp.key == self.stack.driver.operator:
+                    layers = operator_layers + layers
+                layered = layers_key(layers)
+                self.held += len(layered)
+                new, seen = built(self.stack, comp, acc, layers, mirrors, by_mirrors, layered)
                 self.found.extend(seen)
                 planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
             else:
@@ -450,9 +454,11 @@ def plan(stack: Stack, found: Collected) -> Plan:
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    # A plan holds the documents' content and copies of the generated values
-    # it changed: weighed as both, at their serialized size (the documents'
-    # as their repr, which is close to their JSON and half the time to make).
-    documents = sum(len(repr(d.body)) for d in found.documents)
-    weight = (_generated_bytes(stack) + documents) * PYTHON_FACTOR
-    return _CACHE.put(key, _Planner(stack, found.documents, found.policy).plan(), weight)
+    planner = _Planner(stack, found.documents, found.policy)
+    computed = planner.plan()
+    # A plan holds copies of the generated values it changed and what the
+    # documents merge into them and set: weighed as both, at their serialized
+    # size (the documents' layers and registry settings as the keys its
+    # builds were looked up by, made anyway: see built).
+    weight = (_generated_bytes(stack) + planner.held) * PYTHON_FACTOR
+    return _CACHE.put(key, computed, weight)

@@ -274,17 +274,16 @@ def built(
     layers: Sequence[tuple[str, dict[str, Any]]],
     mirrors: Mirrors,
     mirrors_key: str,
+    layered: str,
 ) -> tuple[Component, tuple[images.ImageSeen, ...]]:
     """``_release`` or ``_manifest``, once per (generated component, version, layers, mirrors): the component
     and the images it pulls.
 
     ``mirrors_key`` is :func:`mirrors_key`, made once per plan: hashing the
-    rules themselves on every lookup costs more than the lookup. What they
-    note on ``acc`` is recorded with the result and replayed on every hit.
+    rules themselves on every lookup costs more than the lookup; ``layered``
+    is :func:`layers_key` of ``layers``. What they note on ``acc`` is
+    recorded with the result and replayed on every hit.
     """
-    # Insertion order kept: equal keys, equal results. (repr, not JSON: the
-    # layers are plain trees, whose repr tells apart what JSON does, faster.)
-    layered = repr(layers) if layers else ""
     if not layered and comp.key in _untouched_by_mirrors(stack):
         mirrors_key = ""  # nothing in it a mirror rewrites: built once for every registry setting
     key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
@@ -299,6 +298,13 @@ def built(
     acc.changed.update(changed)
     acc.provenance.update(provenance)
     return new, seen_before
+
+
+def layers_key(layers: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """``layers`` as one string: equal exactly when their content and order are (see built)."""
+    # Insertion order kept: equal keys, equal results. (repr, not JSON: the
+    # layers are plain trees, whose repr tells apart what JSON does, faster.)
+    return repr(layers) if layers else ""
 
 
 def mirrors_key(mirrors: Mirrors) -> str:
