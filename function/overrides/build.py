@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.stack import ChartRef, Component, Stack
@@ -29,7 +29,7 @@ from .planned import MANAGED, State
 from .registry import Mirrors, Rules, rewrite_chart_repository
 
 
-@dataclass
+@dataclass(slots=True)  # (a plan makes two per component: its own, and its build's)
 class Acc:
     """What the documents say about one component, accumulated in application order."""
 
@@ -79,8 +79,7 @@ def _layered(
     return base, credit
 
 
-@dataclass(frozen=True)
-class _Layered:
+class _Layered(NamedTuple):
     """A component under its documents' layers, before any registry setting: where its builds start."""
 
     comp: Component
