@@ -59,9 +59,9 @@ def _check_fields(comp: Component, over: ComponentOverride, where: str) -> None:
             f"{where}.manifest: {comp.key} is a Helm release (chart {comp.chart.name if comp.chart else '?'}), "
             "not a raw manifest; change it through values or the shortcuts"
         )
-    offered = [s for s, attr in SHORTCUT_PATHS.items() if getattr(comp, attr)]
     for shortcut in over.shortcuts():
         if not getattr(comp, SHORTCUT_PATHS[shortcut]):
+            offered = [s for s, attr in SHORTCUT_PATHS.items() if getattr(comp, attr)]
             choices = ", ".join(offered) if offered else "none"
             raise InputError(
                 f"{where}.{shortcut}: the stack declares no value path for {shortcut} on {comp.key} "
