@@ -28,7 +28,7 @@ from function.overrides.build import (
     replaced,
 )
 from function.overrides.document import Document, OverrideDocument
-from function.overrides.images import read_image
+from function.overrides.images import merge_pull_secrets, read_image
 from function.overrides.registry import (
     CATCH_ALL,
     Mirrors,
@@ -335,3 +335,34 @@ def test_builds_are_kept_by_what_they_read_of_the_mirrors() -> None:
     first, second = _fresh(chosen, plain), _plan(chosen, policed)
     assert all(a.component is b.component for a, b in zip(first.planned, second.planned, strict=True))
     assert second == _fresh(chosen, policed)
+
+
+def _merge_reference(existing: Any, names: tuple[str, ...], plain: bool | None) -> list[Any]:
+    current = list(existing) if isinstance(existing, list) else []
+    if plain is None:
+        plain = bool(current) and all(isinstance(e, str) for e in current)
+    for name in names:
+        if name not in [e if isinstance(e, str) else e.get("name") for e in current if isinstance(e, str | dict)]:
+            current.append(name if plain else {"name": name})
+    return current
+
+
+SECRETS = st.lists(st.sampled_from(["a", "b", "c"]), max_size=3).map(tuple)
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.just(""),
+        st.just({}),
+        st.lists(st.one_of(st.sampled_from(["a", "b"]), st.builds(dict, name=st.sampled_from(["a", "c"]))), max_size=3),
+    ),
+    SECRETS,
+    st.sampled_from([None, True, False]),
+)
+def test_pull_secrets_are_added_once_keeping_what_is_there(
+    existing: Any, names: tuple[str, ...], plain: bool | None
+) -> None:
+    before = copy_tree(existing)
+    assert merge_pull_secrets(existing, names, plain) == _merge_reference(existing, names, plain)
+    assert existing == before

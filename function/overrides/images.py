@@ -303,7 +303,10 @@ def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None
     ``{name: x}`` (pod specs, most charts); None follows the list's own shape,
     and an empty or absent list gets the pod-spec shape.
     """
-    current = list(existing) if isinstance(existing, list) else []
+    if not (isinstance(existing, list) and existing):
+        # Nothing there (most paths of the generated values): the names, each once.
+        return [name if plain else {"name": name} for name in dict.fromkeys(names)]
+    current = list(existing)
     if plain is None:
         plain = bool(current) and all(isinstance(e, str) for e in current)
     have = {e if isinstance(e, str) else e.get("name") for e in current if isinstance(e, str | dict)}
