@@ -36,3 +36,4 @@ def test_floor_comparison_runs() -> None:
     assert "cold path (plan miss) / cached render:" in out
     assert "cold full rebuild (changed mirrors) / plan-cached render (new cluster):" in out
     assert "first plan after a restart (every component built; a fresh server each time, median of 2):" in out
+    assert "the same servers' plan-cached renders right after it" in out
