@@ -269,6 +269,9 @@ class StackRenderer:
         self._static = {c.key: body_template(Planned(c)) for c in stack.components}
         # What rebuilt components share with the generated values, encoded once (their roots are copies).
         self._kept = Kept(c.values if c.is_release else c.manifest for c in stack.components)
+        # The Usage templates of a plan of exactly the stack's components, whatever the documents changed
+        # in them: a Usage reads only keys, API kinds and dependencies, which no document changes.
+        self._pc_usages, self._usages = self._usage_templates(self._own)
 
     def _template(self, planned: Planned) -> Template:
         component = planned.component
@@ -325,9 +328,8 @@ class StackRenderer:
 
     def prepare(self, plan: Sequence[Planned]) -> None:
         """Look up ``plan``'s templates now (at start-up: the stack's generated plan), not at its first render;
-        its components' ProviderConfig Usages and Usages are then kept for every plan of the stack, and the
-        skeletons of their bodies once a document changed them (annotated with its name: see _VARYING); and
-        the generated values' subtrees, which rebuilt values share, encoded."""
+        make the skeletons of its bodies once a document changed them (annotated with its name: see
+        _VARYING); encode the generated values' subtrees, which rebuilt values share."""
         self._prepared(plan)
         for planned in plan:
             if not planned.component.xr_fields:
@@ -339,20 +341,26 @@ class StackRenderer:
         if hit is not None and hit.plan is plan:
             return hit
         components = {p.component.key: p.component for p in plan}
-        prepared = _Prepared(
-            plan,
-            bodies={p.component.key: self._template(p) for p in plan},
-            pc_usages={key: _provider_config_usage(*api_kind(c), key) for key, c in components.items()},
-            usages={
-                (dep, user.key): self._usage(components[dep], user)
-                for user in components.values()
-                if user.finalized_by_dependencies
-                for dep in user.depends_on
-                if dep in components
-            },
+        pc_usages, usages = (
+            (self._pc_usages, self._usages)
+            if components.keys() == self._own.keys()
+            else self._usage_templates(components)  # per-pool drivers: components of this plan only
         )
+        prepared = _Prepared(plan, {p.component.key: self._template(p) for p in plan}, pc_usages, usages)
         templates = sum(t.size for t in (*prepared.bodies.values(), *prepared.pc_usages.values()))
         return _PREPARED.put(id(plan), prepared, templates + templates // 2 * PYTHON_FACTOR)
+
+    def _usage_templates(
+        self, components: Mapping[str, Component]
+    ) -> tuple[dict[str, Template], dict[tuple[str, str], Template]]:
+        """The ProviderConfig Usage of each of ``components`` by key, and the Usages between them by (used, user)."""
+        return {key: _provider_config_usage(*api_kind(c), key) for key, c in components.items()}, {
+            (dep, user.key): self._usage(components[dep], user)
+            for user in components.values()
+            if user.finalized_by_dependencies
+            for dep in user.depends_on
+            if dep in components
+        }
 
     def _render_usages(
         self,
