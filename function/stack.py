@@ -67,6 +67,10 @@ class ImageRef:
     # chart): same keys as ``default``; the comment beside it names the source.
     builtin: dict[str, str] = field(default_factory=dict)
 
+    def paths(self) -> tuple[str, ...]:
+        """The value paths it is read from and written to: those of ref, registry, repository and tag it has."""
+        return tuple(p for p in (self.ref, self.registry, self.repository, self.tag) if p)
+
 
 @dataclass(frozen=True)
 class PdbPaths:

@@ -118,7 +118,7 @@ def _shortcut_paths(comp: Component, over: ComponentOverride) -> Iterator[str]:
     if over.resources is not None:
         yield from comp.resources
     if over.image is not None:
-        yield from (p for img in comp.images for p in (img.ref, img.registry, img.repository, img.tag) if p)
+        yield from (p for img in comp.images for p in img.paths())
     if over.podDisruptionBudget is not None:
         yield from (
             p for b in comp.pod_disruption_budgets for p in (b.enabled, b.min_available, b.max_unavailable) if p

@@ -139,7 +139,7 @@ def _reads_apart(comp: Component) -> bool:
     for i, img in enumerate(comp.images):
         written = [p for p in (img.ref, img.registry, img.repository) if p]
         for later in comp.images[i + 1 :]:
-            if any(meet(w, r) for w in written for r in (later.ref, later.registry, later.repository, later.tag) if r):
+            if any(meet(w, r) for w in written for r in later.paths()):
                 return False
     return True
 
@@ -177,7 +177,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
 def _written_paths(comp: Component) -> Iterator[str]:
     """The value paths image rewriting and pull secrets write into on ``comp``."""
     for img in comp.images:
-        yield from (p for p in (img.ref, img.registry, img.repository, img.tag) if p)
+        yield from img.paths()
     yield from comp.pull_secret_ref_list_paths
     yield from comp.pull_secret_name_list_paths
     yield from comp.pull_secret_name_paths
