@@ -82,24 +82,29 @@ class Rules:
         return self._targets.cover(ref)
 
     def match(self, ref: str) -> Rule | None:
-        for rule, source, below, _to, _cut in self._sources:
-            if source is None or ref == source or ref.startswith(below):
-                return rule
-        return None
+        matching = self._matching(ref)
+        return None if matching is None else matching[0]
 
     def rewrite(self, ref: str, host_end: int) -> Rewrite | None:
         """``ref`` under the rule that matches it; the catch-all replaces ``ref[:host_end]``, keeping the path.
 
         None when no rule matches or ``ref`` is already under a rule's target.
         """
-        if self._targets.cover(ref):
+        matching = None if self.mirrored(ref) else self._matching(ref)
+        if matching is None:
             return None
-        for rule, source, below, to, cut in self._sources:
-            if source is None:
-                path = ref[host_end + 1 :] if host_end < len(ref) else ""
-                return Rewrite(f"{to}/{path}" if path else to, rule)
-            if ref == source or ref.startswith(below):
-                return Rewrite(to + ref[cut:], rule)
+        rule, source, _below, to, cut = matching
+        if source is None:
+            path = ref[host_end + 1 :] if host_end < len(ref) else ""
+            return Rewrite(f"{to}/{path}" if path else to, rule)
+        return Rewrite(to + ref[cut:], rule)
+
+    def _matching(self, ref: str) -> tuple[Rule, str | None, str, str, int] | None:
+        """The first of :attr:`_sources` whose rule ``ref`` matches (the longest source; the catch-all last)."""
+        for entry in self._sources:
+            _rule, source, below, _to, _cut = entry
+            if source is None or ref == source or ref.startswith(below):
+                return entry
         return None
 
     # What under() strips and appends, done once per rule set rather than per
