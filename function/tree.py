@@ -67,34 +67,25 @@ class Kept:
     their encoding, one call each, rather than walked node by node.
     """
 
-    __slots__ = ("_roots", "ids")
+    __slots__ = ("_containers", "ids")
 
     def __init__(self, roots: Iterable[Any]) -> None:
-        self._roots = tuple(roots)  # held, so each id below stays its object's
-        ids: set[int] = set()
-        stack = list(self._roots)
+        # Every map and list under the roots, each before those below it; held, so each id stays its object's.
+        containers: list[dict[str, Any] | list[Any]] = []
+        stack = list(roots)
         while stack:
             node = stack.pop()
-            if isinstance(node, dict):
-                ids.add(id(node))
-                stack.extend(node.values())
-            elif isinstance(node, list):
-                ids.add(id(node))
-                stack.extend(node)
-        self.ids = frozenset(ids)
+            if isinstance(node, dict | list):
+                containers.append(node)
+                stack.extend(node.values() if isinstance(node, dict) else node)
+        self._containers = tuple(containers)
+        self.ids = frozenset(map(id, containers))
 
     def prepare(self) -> None:
         """Encode every kept subtree now (at start-up), innermost first: each merges its children in from
         theirs, so the whole costs one conversion of the roots' nodes. The first rebuild then costs what
         later ones do."""
-        order: list[dict[str, Any] | list[Any]] = []
-        stack = list(self._roots)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, dict | list):
-                order.append(node)
-                stack.extend(node.values() if isinstance(node, dict) else node)
-        for node in reversed(order):  # every container after those below it
+        for node in reversed(self._containers):  # every container after those below it
             _put_kept(struct_pb2.Value(), node, self.ids)
 
 
