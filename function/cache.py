@@ -9,7 +9,7 @@ it was computed from, times the factor below); a value larger than the whole
 byte budget is not kept.
 
 Memos keyed by one of the few generated stacks (``stack.load``, ``stack.every``,
-``renderer``, ``strict.stack_hosts``, ``strict._generated_texts``,
+``renderer``, ``strict.stack_hosts``, ``strict._read_generated``,
 ``overrides.build.sizes``, ``overrides.build._untouched_by_mirrors`` and
 ``overrides.build._unlayered``) stay ``functools.cache``: their domain is fixed at build time and no request can
 add to it.

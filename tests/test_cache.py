@@ -101,7 +101,7 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("build.py", "_untouched_by_mirrors"),
         ("build.py", "_unlayered"),
         ("strict.py", "stack_hosts"),
-        ("strict.py", "_generated_texts"),
+        ("strict.py", "_read_generated"),
     }
     found = set()
     for path in (REPO / "function").rglob("*.py"):

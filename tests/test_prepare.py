@@ -28,7 +28,7 @@ PER_STACK = (
     build.sizes,
     build._untouched_by_mirrors,
     strict.stack_hosts,
-    strict._generated_texts,
+    strict._read_generated,
     apply._generated,
 )
 

@@ -187,7 +187,7 @@ class _Generated:
 
 
 @cache  # one per generated stack
-def _generated_texts(stack: Stack) -> _Generated:
+def _read_generated(stack: Stack) -> _Generated:
     """What each map, each body around its values or manifest, and each body of the generated stack holds."""
     found = _Generated({}, {}, {})
     memo: Memo = {}
@@ -368,7 +368,7 @@ def _check_rules(
 # made from. Components are immutable, and a plan computed for a changed
 # document or policy shares every component it does not rebuild with the last
 # plan (the same objects, built once per layers and mirrors; the generated
-# ones are read in ``_generated_texts``): their bodies are not walked again,
+# ones are read in ``_read_generated``): their bodies are not walked again,
 # whatever the hosts and allow-lists are now. An entry refers to its component
 # weakly: it does not keep a dropped plan's values alive (they can be
 # megabytes), and once the component is gone its id, free for another object,
@@ -422,12 +422,12 @@ def _head(component: Component, heads: dict[tuple[Any, ...], tuple[Held, ...]], 
 
 def prepare(stack: Stack) -> None:
     """Read what the check reads of a generated stack whatever the policy: its hosts, and what each
-    generated component's body holds that could be a reference (``_generated_texts``).
+    generated component's body holds that could be a reference (``_read_generated``).
 
     Done at start-up: a restarted server's first strict plan then walks only the bodies it rebuilds.
     """
     stack_hosts(stack)
-    _generated_texts(stack)
+    _read_generated(stack)
 
 
 def _scan(
@@ -483,7 +483,7 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    generated, memo = _generated_texts(stack), Memo()
+    generated, memo = _read_generated(stack), Memo()
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
