@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from google.protobuf import struct_pb2
 
+from function import wire
 from function.__version__ import __version__
 from function.cache import MIB, PROTOBUF_FACTOR, PYTHON_FACTOR, BoundedCache
 from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
+from function.overrides.planned import State
 from function.stack import Component, Stack
-from function.tree import fill, to_struct
-from function.wire import serialized_struct_value
+from function.tree import to_struct
+from function.wire import serialized_struct_value, sort_key, varint
 
 
 def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]) -> dict[str, Any]:
     components = [{**_said(p.component), **_now(p, rendered)} for p in plan]
-    return {**_head(stack, found), "components": components}
+    return {
+        **_stack_fields(stack),
+        "environmentConfigs": list(found.applied),
+        # The memory a document that goes missing is kept from (overrides.memory).
+        "documents": memory.entries(found),
+        "components": components,
+    }
 
 
 def _said(c: Component) -> dict[str, Any]:
@@ -40,17 +49,14 @@ def _now(planned: Planned, rendered: Collection[str]) -> dict[str, Any]:
     return entry
 
 
-def _head(stack: Stack, found: Collected) -> dict[str, Any]:
-    """Everything ``status.stack`` says but the components."""
+def _stack_fields(stack: Stack) -> dict[str, Any]:
+    """What ``status.stack`` says of the stack itself."""
     return {
         "id": stack.id,
         "function": __version__,
         "generator": stack.provenance.generator,
         "aicr": stack.provenance.aicr.version,
         "aicrCommit": stack.provenance.aicr.commit,
-        "environmentConfigs": list(found.applied),
-        # The memory a document that goes missing is kept from (overrides.memory).
-        "documents": memory.entries(found),
     }
 
 
@@ -71,47 +77,113 @@ _CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], StackStatus] = B
     "status.stack", max_entries=512, max_bytes=8 * MIB
 )
 
+# The fields of status.stack that depend on the plan: holes in each stack's encoded head.
+_PER_PLAN: dict[tuple[str, ...], str] = {(key,): key for key in ("components", "documents", "environmentConfigs")}
+
 
 def converted_stack_status(
     stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]
 ) -> StackStatus:
-    """``status.stack``, converted once per distinct (stack, documents, rendered keys)."""
+    """``status.stack``, converted once per distinct (stack, documents, rendered keys).
+
+    Encoded from parts, as protobuf's deterministic serializer writes the
+    Struct :func:`stack_status` converts to (tests/test_wire.py holds them
+    equal): the stack's head and what each component says whatever the
+    documents are encoded beforehand, the documents are kept encoded as
+    their request carried them (``Document.encoded``), and only what the
+    plan made of each component is put between.
+    """
     key = (stack, found.fingerprint, frozenset(rendered))
     cached = _CACHE.get(key)
     if cached is None:
-        struct = to_struct(_head(stack, found))
-        items = struct.fields["components"].list_value
-        items.SetInParent()
-        for planned in plan:
-            item = items.values.add()
-            item.MergeFromString(_said_value(planned.component))
-            fill(item.struct_value, _now(planned, rendered))
-        serialized = struct.SerializeToString(deterministic=True)
-        cached = StackStatus(struct, serialized, serialized_struct_value(serialized))
+        serialized = _head(stack).encode(
+            {
+                "components": _list_value(_components(plan, rendered)),
+                "documents": _list_value(memory.encoded_entries(found)),
+                "environmentConfigs": _list_value([wire.string_value(name) for name in found.applied]),
+            }
+        )
+        cached = StackStatus(struct_pb2.Struct.FromString(serialized), serialized, serialized_struct_value(serialized))
         _CACHE.put(key, cached, len(serialized) * (PROTOBUF_FACTOR + 2))  # the Struct, its two encodings
     return cached
 
 
-# What status.stack says of a component whatever the documents did, as an
-# encoded Value, by what it says: encoded for every stack's components at
-# start-up (prepare), so a new plan converts only what its documents made of
-# each. Another entry only for a held chart version; ~100 bytes each.
-_SAID: BoundedCache[tuple[str, str, str, str | None, str | None], bytes] = BoundedCache(
+# One per generated stack (no request adds one): made at start-up (prepare).
+@functools.cache
+def _head(stack: Stack) -> wire.Template:
+    """``status.stack`` but its per-plan fields, encoded."""
+    return wire.Template(_stack_fields(stack), _PER_PLAN)
+
+
+_LIST_ITEM = b"\x0a"  # ListValue.values (1), length-delimited
+_LIST_VALUE = b"\x32"  # Value.list_value (6), length-delimited
+
+
+def _list_value(items: Sequence[bytes]) -> bytes:
+    """A ``Value`` holding a list of encoded ``Value``s, encoded."""
+    body = b"".join([_LIST_ITEM + varint(len(item)) + item for item in items])
+    return _LIST_VALUE + varint(len(body)) + body
+
+
+def _encoded(key: str, value: Any) -> bytes:
+    """A map of one field, encoded: that field's map entry, as a Struct's encoding holds it."""
+    data: bytes = to_struct({key: value}).SerializeToString(deterministic=True)
+    return data
+
+
+# What _now says of a component, in the order upb writes a Struct's entries
+# (wire.sort_key; tests/test_status.py checks it), each between runs of what
+# _said says; encoded once per value.
+_NOW = ("overriddenBy", "rendered", "state")
+_RENDERED = {rendered: _encoded("rendered", rendered) for rendered in (False, True)}
+_STATES = {state: _encoded("state", state) for state in get_args(State)}
+
+
+def _components(plan: Sequence[Planned], rendered: Collection[str]) -> list[bytes]:
+    """``status.stack.components``, each an encoded ``Value``."""
+    overridden: dict[tuple[str, ...], bytes] = {(): b""}  # no overriddenBy when no document changed it
+    out = []
+    for planned in plan:
+        component = planned.component
+        by = planned.changed_by
+        said = _said_parts(component)
+        written = overridden.get(by)
+        if written is None:
+            written = overridden[by] = _encoded("overriddenBy", list(by))
+        entries = (said[0], written, said[1], _RENDERED[component.key in rendered], said[2], _STATES[planned.state])
+        out.append(serialized_struct_value(b"".join((*entries, said[3]))))
+    return out
+
+
+# What status.stack says of a component whatever the documents did, encoded
+# in the runs _now's fields go between, by what it says: encoded for every
+# stack's components at start-up (prepare), so a new plan encodes only what
+# its documents made of each. Another entry only for a held chart version;
+# ~100 bytes each.
+_SAID: BoundedCache[tuple[str, str, str, str | None, str | None], tuple[bytes, ...]] = BoundedCache(
     "status.stack component entries", max_entries=4096, max_bytes=1 * MIB
 )
 
 
-def _said_value(c: Component) -> bytes:
+def _said_parts(c: Component) -> tuple[bytes, ...]:
     chart = c.chart
     key = (c.key, c.kind, c.origin, chart.name if chart else None, chart.version if chart else None)
-    encoded = _SAID.get(key)
-    if encoded is None:
-        encoded = to_struct({"said": _said(c)}).fields["said"].SerializeToString()
-        _SAID.put(key, encoded, len(encoded) * (1 + PYTHON_FACTOR))  # and the key's strings
-    return encoded
+    parts = _SAID.get(key)
+    if parts is None:
+        said = _said(c)
+        runs: list[dict[str, Any]] = [{}]
+        for field in sorted([*said, *_NOW], key=sort_key):
+            if field in _NOW:
+                runs.append({})
+            else:
+                runs[-1][field] = said[field]
+        parts = tuple(to_struct(run).SerializeToString(deterministic=True) for run in runs)
+        _SAID.put(key, parts, sum(map(len, parts)) * (1 + PYTHON_FACTOR))  # and the key's strings
+    return parts
 
 
 def prepare(stack: Stack) -> None:
-    """Encode, at start-up, what ``status.stack`` says of each of the stack's components whatever the documents."""
+    """Encode, at start-up, what ``status.stack`` says of the stack whatever the documents."""
+    _head(stack)
     for component in stack.components:
-        _said_value(component)
+        _said_parts(component)

@@ -27,7 +27,7 @@ from function.strictmodel import StrictModel
 from function.xr import name_of
 
 from . import memory
-from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, body_value, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -120,8 +120,14 @@ def _near_miss(data: dict[str, Any], obj: str) -> None:
             raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
 
 
-def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
-    """An EnvironmentConfig's name and override document (None when it carries none)."""
+def config_document(
+    raw: dict[str, Any], digest: bytes, value: struct_pb2.Value | None = None
+) -> tuple[str, Document | None]:
+    """An EnvironmentConfig's name and override document (None when it carries none).
+
+    ``value``: the document as the EnvironmentConfig's message holds it, when read from one (its
+    encoding is what status.stack.documents writes, see :func:`body_value`).
+    """
     meta, data = raw.get("metadata"), raw.get("data")
     name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
     obj = f"EnvironmentConfig {name}"
@@ -132,12 +138,20 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
     if body is None:
         return name, None
     where = f"{obj}: data.{DOCUMENT_KEY}"
-    return name, Document(name, where, validate(body, obj, f"data.{DOCUMENT_KEY}"), digest, body)
+    doc = validate(body, obj, f"data.{DOCUMENT_KEY}")
+    return name, Document(name, where, doc, digest, body, encoded=body_value(value, body) if value is not None else b"")
 
 
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
-    data = item.resource.SerializeToString(deterministic=True)
-    return parsed_once("EnvironmentConfig", data, lambda digest: config_document(read_config(item.resource), digest))
+    config = item.resource
+    data = config.SerializeToString(deterministic=True)
+
+    def parse(digest: bytes) -> tuple[str, Document | None]:
+        given = config.fields.get("data")
+        value = given.struct_value.fields.get(DOCUMENT_KEY) if given is not None else None
+        return config_document(read_config(config), digest, value)
+
+    return parsed_once("EnvironmentConfig", data, parse)
 
 
 def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
@@ -181,7 +195,8 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
     def parse(digest: bytes) -> tuple[str, Document | None]:
         body = plain_value(value, f"context {CONTEXT_KEY}", DOCUMENT_KEY, 2)
         doc = validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
-        return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, f"context {CONTEXT_KEY}: {DOCUMENT_KEY}", doc, digest, body)
+        where = f"context {CONTEXT_KEY}: {DOCUMENT_KEY}"
+        return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, where, doc, digest, body, encoded=body_value(value, body))
 
     return parsed_once("context", value.SerializeToString(deterministic=True), parse)[1]
 

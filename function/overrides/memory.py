@@ -26,12 +26,13 @@ from typing import Any
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from function import wire
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.inputs import observed_map, plain_value
 from function.model import ServingStack
 
-from .document import DOCUMENT_KEY, Collected, Document, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, body_value, parsed_once, validate
 
 RETIRE_ANNOTATION = "servingstack.modelplane.ai/retired-environment-configs"
 # Where the memory lives in the XR's status (the XRD must declare it, or the
@@ -74,7 +75,8 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
         raw = plain_value(body, f"ServingStack {MEMORY_FIELD}[{index}]", DOCUMENT_KEY, 2)
         where = f"{label(name)} (absent; as remembered in {MEMORY_FIELD})"
         doc = validate(raw, where, DOCUMENT_KEY)
-        return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True)
+        encoded = body_value(body, raw)
+        return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True, encoded=encoded)
 
     remembered = parsed_once("memory", entry.SerializeToString(deterministic=True), parse)[1]
     assert remembered is not None, "parse() always returns a document"
@@ -200,5 +202,18 @@ def entries(found: Collected) -> list[dict[str, Any]]:
     """``status.stack.documents``: what the next reconcile remembers."""
     return [
         {"name": d.name, DOCUMENT_KEY: d.body, **({"remembered": True} if d.remembered else {})}
+        for d in found.documents
+    ]
+
+
+_REMEMBERED = {"remembered": wire.value(True)}
+
+
+def encoded_entries(found: Collected) -> list[bytes]:
+    """:func:`entries`, each a ``Value`` encoded, with the document as kept encoded (``Document.encoded``)."""
+    return [
+        wire.struct_value(
+            {"name": wire.string_value(d.name), DOCUMENT_KEY: d.encoded, **(_REMEMBERED if d.remembered else {})}
+        )
         for d in found.documents
     ]
