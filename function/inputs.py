@@ -44,6 +44,7 @@ from google.protobuf.message import DecodeError
 
 from function.cache import MIB
 from function.errors import InputError, excerpt
+from function.wire import varint
 
 # Why each value: see the module docstring.
 MAX_REQUEST_BYTES = 32 * MIB  # ~20 objects at etcd's limit, far above any real reconcile
@@ -239,6 +240,14 @@ _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    # One or two bytes (below 16 KiB): every tag read here and most lengths, spared the loop.
+    if pos + 1 < len(data):
+        first = data[pos]
+        if first < 0x80:
+            return first, pos + 1
+        second = data[pos + 1]
+        if second < 0x80:
+            return first & 0x7F | second << 7, pos + 2
     result = shift = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -415,15 +424,20 @@ def _first(data: bytes, pos: int, end: int, number: int) -> tuple[int, int] | No
 
 
 def _map_value(data: bytes, pos: int, end: int, key: bytes) -> tuple[int, int] | None:
-    """The span of the ``Value`` under ``key`` in a serialized Struct's map entries (field 1: key 1, value 2)."""
+    """The span of the ``Value`` under ``key`` in a serialized Struct's map entries (field 1: key 1, value 2).
+
+    The serializer writes an entry's key first (upb, deterministic or not; see
+    function.wire): an entry under ``key`` starts with that key's field, whole.
+    """
+    name = b"\x0a" + varint(len(key)) + key  # the entry's key field (1)
     while pos < end:
         entry = _first(data, pos, end, 1)
         if entry is None:
             return None
-        name = _first(data, *entry, 1)
-        if name is not None and data[name[0] : name[1]] == key:
-            return _first(data, name[1], entry[1], 2)
-        pos = entry[1]
+        start, stop = entry
+        if data.startswith(name, start, stop):
+            return _first(data, start + len(name), stop, 2)
+        pos = stop
     return None
 
 

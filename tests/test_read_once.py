@@ -9,7 +9,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf.internal import encoder
+from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -184,3 +187,13 @@ def test_the_spec_is_read_alike_sliced_from_the_request_or_from_the_message(spec
             return str(err)
 
     assert read(serialized) == read(None)
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_varints_are_read_as_protobuf_writes_them(n: int) -> None:
+    # inputs._varint reads one- and two-byte varints without its loop; every length goes either way.
+    data = encoder._VarintBytes(n)
+    assert inputs._varint(b"\x01" + data + b"\x02", 1) == (n, 1 + len(data))
+    assert inputs._varint(data, 0) == (n, len(data))
+    with pytest.raises(DecodeError):
+        inputs._varint(data[:-1], 0)
