@@ -150,8 +150,8 @@ def _components(plan: Sequence[Planned], rendered: Collection[str]) -> list[byte
         written = overridden.get(by)
         if written is None:
             written = overridden[by] = _encoded("overriddenBy", list(by))
-        entries = (said[0], written, said[1], _RENDERED[component.key in rendered], said[2], _STATES[planned.state])
-        out.append(serialized_struct_value(b"".join((*entries, said[3]))))
+        now = _RENDERED[component.key in rendered], _STATES[planned.state]
+        out.append(serialized_struct_value(b"".join((said[0], written, said[1], now[0], said[2], now[1], said[3]))))
     return out
 
 
