@@ -21,7 +21,7 @@ from google.protobuf import struct_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import fn, status, wire
+from function import status, wire
 from function.fn import FunctionRunner
 from function.inputs import plain_value
 from function.overrides import document
@@ -30,6 +30,7 @@ from function.overrides.document import DOCUMENT_KEY, body_value, converted_valu
 from function.tree import to_struct
 from tests.support.overrides import ec
 from tests.support.requests import request
+from tests.support.status import assert_converted_as_the_whole_status, recorded
 from tests.support.xr import make_xr
 
 # A field no Struct, Value or ListValue has: what a newer or hostile client may send (upb keeps it).
@@ -116,26 +117,13 @@ BANK_DOC: dict[str, Any] = {
 }
 
 
-def _recorded(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[Any, ...], status.StackStatus]]:
-    calls: list[tuple[tuple[Any, ...], status.StackStatus]] = []
-    real = status.converted_stack_status
-
-    def recording(*args: Any) -> status.StackStatus:
-        converted = real(*args)
-        calls.append((args, converted))
-        return converted
-
-    monkeypatch.setattr(fn, "converted_stack_status", recording)
-    return calls
-
-
 def _respond(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     rsp: fnv1.RunFunctionResponse = fnv1.RunFunctionResponse.FromString(FunctionRunner().respond(req))
     return rsp
 
 
 def test_status_with_hostile_documents_converts_as_the_whole_status_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _recorded(monkeypatch)
+    calls = recorded(monkeypatch)
     xr = make_xr("EKS", "NVIDIA")
     req = request(
         xr,
@@ -164,11 +152,7 @@ def test_status_with_hostile_documents_converts_as_the_whole_status_does(monkeyp
     second = _respond(again)
     assert any("as remembered" in r.message for r in second.results), second.results
     assert len(calls) == 2
-    for args, converted in calls:
-        struct = to_struct(status.stack_status(*args))
-        assert converted.struct == struct
-        assert converted.serialized == struct.SerializeToString(deterministic=True)
-        assert converted.value == wire.encoded_struct_value(struct)
+    assert_converted_as_the_whole_status(calls)
     # The hostile values are in the status as the reading sees them: an unset Value is a null.
     documents = calls[1][0][2].documents
     assert {d.name for d in documents} == {"bank", f"context:{CONTEXT_KEY}"}

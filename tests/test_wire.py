@@ -29,7 +29,7 @@ from google.protobuf.internal import decoder, encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import compose, fn, stack, status, wire
+from function import compose, stack, wire
 from function.cache import caches
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
@@ -37,6 +37,7 @@ from function.offline import RenderError, run_pipeline
 from function.overrides.planned import UNMANAGED, Planned
 from function.tree import Kept, to_struct
 from tests.support.repo import EXAMPLE, load_docs
+from tests.support.status import assert_converted_as_the_whole_status, recorded
 from tests.support.xr import make_xr, provider_configs
 
 # Keys that prefix each other, and beyond ASCII (upb orders map entries by their UTF-8 bytes).
@@ -364,24 +365,12 @@ def test_status_stack_converts_as_the_whole_status_does(
     # Each scenario, then the bank's with two other registry settings: new
     # plans whose status says what it says of each component whatever the
     # documents from an encoding kept per component, beside the rest.
-    calls: list[tuple[tuple[Any, ...], status.StackStatus]] = []
-    real = status.converted_stack_status
-
-    def recording(*args: Any) -> status.StackStatus:
-        converted = real(*args)
-        calls.append((args, converted))
-        return converted
-
-    monkeypatch.setattr(fn, "converted_stack_status", recording)
+    calls = recorded(monkeypatch)
     banks = [_with_mirror_targets(SCENARIOS["regulated-bank"], f"{cloud}-{n}") for n in ("a", "b")]
     for docs in (*SCENARIOS.values(), *banks):
         _final_request(cloud, accelerator, docs)
     assert len(calls) > len(SCENARIOS)
-    for args, converted in calls:
-        struct = to_struct(status.stack_status(*args))
-        assert converted.struct == struct
-        assert converted.serialized == struct.SerializeToString(deterministic=True)
-        assert converted.value == wire.encoded_struct_value(struct)
+    assert_converted_as_the_whole_status(calls)
 
 
 def test_skeletons_that_encode_apart_are_kept_apart() -> None:
