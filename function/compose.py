@@ -177,9 +177,30 @@ def _skeleton_of(planned: Planned) -> tuple[Template, dict[str, dict[str, Any]]]
     """The skeleton of a planned component's body, and what varies (_VARYING) by the fill it goes into."""
     tree, _holes = whole_body(planned)
     apart = _apart(tree, "values" if planned.component.is_release else "manifest")
-    return _skeleton(tree, {path: fill for fill, (path, _part) in apart.items()}), {
-        fill: part for fill, (_path, part) in apart.items()
-    }
+    key = _skeleton_key(planned)
+    skeleton = _SKELETONS.get(key)
+    if skeleton is None:
+        skeleton = Template(tree, {_PC_NAME: PC_NAME_FILL, **{path: fill for fill, (path, _part) in apart.items()}})
+        _SKELETONS.put(key, skeleton, skeleton.size + sum(map(len, key)))
+    return skeleton, {fill: part for fill, (_path, part) in apart.items()}
+
+
+def _skeleton_key(planned: Planned) -> tuple[str, ...]:
+    """What the skeleton of a planned component's body is made of, as text: equal keys, equal skeletons.
+
+    A body (whole_body) is component_body's (function/bodies.py) of the
+    component's kind, key (its labels), namespace and readiness, and of
+    the parts taken apart (_VARYING: values or manifest, chart, and the
+    annotations, which hold the release name); whole_body adds the
+    management policies of its state, and the annotations an Object has
+    only once documents changed it. The readiness as text: its values keep
+    their type (1 and True are equal keys of a map, not equal encodings).
+    tests/test_wire.py changes each field of a component in turn: a
+    skeleton changes only with its key.
+    """
+    component = planned.component
+    annotated = "annotated" if planned.changed_by else ""
+    return (component.kind, component.key, component.namespace, repr(component.readiness), planned.state, annotated)
 
 
 # What varies between the bodies of one component, each encoded apart and put
@@ -208,28 +229,16 @@ def _apart(tree: dict[str, Any], field: str) -> dict[str, tuple[tuple[str, ...],
     return out
 
 
-# Bodies without what varies (_VARYING), by the holes they keep and their
-# text. A rebuild (other mirrors, another values patch, other documents)
-# changes a component's values, chart or annotations, not the rest of its
-# body: the skeleton around them is encoded once, when the stack's own bodies
-# are (StackRenderer), so a restarted server's first plan finds its
+# Bodies without what varies (_VARYING), by what they are made of
+# (_skeleton_key). A rebuild (other mirrors, another values patch, other
+# documents) changes a component's values, chart or annotations, not the rest
+# of its body: the skeleton around them is encoded once, when the stack's own
+# bodies are (StackRenderer), so a restarted server's first plan finds its
 # components' skeletons made. Keyed by content, as a rebuilt body is a new
 # object; a few hundred bytes each.
-_SKELETONS: BoundedCache[str, Template] = BoundedCache("body skeletons", max_entries=4096, max_bytes=4 * MIB)
-
-
-def _skeleton(tree: dict[str, Any], apart: Mapping[tuple[str, ...], str]) -> Template:
-    """A body without the parts at the paths of ``apart``, with holes for them (by name) and the ProviderConfig's
-    name."""
-    # Equal text, equal encoding: Python's repr of a plain tree tells apart True, 1 and "1", and
-    # -0.0 from 0.0, and gives a float's exact value (NaN, which no input lets through, would be
-    # one text for several encodings); half the cost of JSON text.
-    key = repr((sorted(apart.values()), tree))
-    hit = _SKELETONS.get(key)
-    if hit is None:
-        hit = Template(tree, {_PC_NAME: PC_NAME_FILL, **apart})
-        _SKELETONS.put(key, hit, hit.size + 2 * len(key))
-    return hit
+_SKELETONS: BoundedCache[tuple[str, ...], Template] = BoundedCache(
+    "body skeletons", max_entries=4096, max_bytes=4 * MIB
+)
 
 
 # Overridden component bodies, keyed by identity: a planned component is a

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,7 +35,8 @@ from function.cache import caches
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
 from function.offline import RenderError, run_pipeline
-from function.overrides.planned import UNMANAGED, Planned
+from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
+from function.stack import ChartRef, Component
 from function.tree import Kept, to_struct
 from tests.support.repo import EXAMPLE, load_docs
 from tests.support.status import assert_converted_as_the_whole_status, recorded
@@ -374,17 +376,64 @@ def test_status_stack_converts_as_the_whole_status_does(
 
 
 def test_skeletons_that_encode_apart_are_kept_apart() -> None:
-    content = wire.value({"kind": "ConfigMap"})
+    # Readiness values equal as map keys (1, True, 1.0; 0.0, -0.0) but encoded apart.
     readinesses: list[dict[str, Any]] = [{"x": 1}, {"x": True}, {"x": "1"}, {"x": 0.0}, {"x": -0.0}, {"x": 1.5}]
+    fills = {compose.PC_NAME_FILL: wire.string_value("pc")}
     for readiness in readinesses:
-        skeleton: dict[str, Any] = {"kind": "Object", "spec": {"forProvider": {}, "readiness": readiness}}
-        holes: dict[tuple[str, ...], str] = {("spec", "forProvider", "manifest"): compose._CONTENT_FILL}
-        template = compose._skeleton(copy.deepcopy(skeleton), holes).filled({compose._CONTENT_FILL: content})
-        expected = copy.deepcopy(skeleton)
-        expected["spec"]["forProvider"]["manifest"] = {"kind": "ConfigMap"}
-        expected["spec"]["providerConfigRef"] = {"name": "pc"}
-        fills = {compose.PC_NAME_FILL: wire.string_value("pc")}
-        assert template.encode(fills) == to_struct(expected).SerializeToString(deterministic=True), readiness
+        component = Component(key="obj", kind="Object", origin="platform", readiness=readiness, manifest={"a": 1})
+        planned = Planned(component)
+        expected = wire.Template(*compose.whole_body(planned)).encode(fills)
+        assert compose.body_template(planned).encode(fills) == expected, readiness
+
+
+def _skeleton_text(planned: Planned) -> str:
+    """A planned body's skeleton as the text of its tree and holes: equal texts, equal skeletons."""
+    tree, _holes = compose.whole_body(planned)
+    apart = compose._apart(tree, "values" if planned.component.is_release else "manifest")
+    return repr((sorted((path, fill) for fill, (path, _part) in apart.items()), tree))
+
+
+def _other_values(value: Any) -> list[Any]:
+    """Other values of a component field's type than ``value``."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, str):
+        return [f"{value}-other", ""]
+    if isinstance(value, dict):
+        return [{**value, "other": "x"}, {}]
+    if isinstance(value, tuple):
+        return [(), value[:1] * 2] if value else [("other",)]
+    if isinstance(value, ChartRef):
+        return [dataclasses.replace(value, **{f.name: "other"}) for f in dataclasses.fields(ChartRef)]
+    assert value is None, value
+    return [ChartRef("other", "oci://other", "1.0.0")]
+
+
+def test_a_skeleton_changes_only_with_its_key() -> None:
+    # Every component of every stack in every state, annotated or not, then
+    # with each of its fields changed in turn: a key never stands for two
+    # skeletons (the cache would hand one body's skeleton to another).
+    texts: dict[tuple[str, ...], set[str]] = {}
+    for loaded in stack.every():
+        for component in loaded.components:
+            if component.xr_fields:
+                continue  # encoded whole (body_template)
+            variants = [component] + [
+                dataclasses.replace(component, **{f.name: other})
+                for f in dataclasses.fields(Component)
+                for other in _other_values(getattr(component, f.name))
+            ]
+            for variant in variants:
+                for state in (MANAGED, UNMANAGED, REMOVED):
+                    for changed_by in ((), ("a-document",)):
+                        planned = Planned(variant, state, changed_by)
+                        try:
+                            text = _skeleton_text(planned)
+                        except (AssertionError, AttributeError):
+                            continue  # no body: a Release without a chart
+                        texts.setdefault(compose._skeleton_key(planned), set()).add(text)
+    assert len(texts) > 100
+    assert {key: found for key, found in texts.items() if len(found) > 1} == {}
 
 
 def test_an_earlier_steps_resources_stay_and_ours_replace_their_bodies() -> None:
