@@ -10,8 +10,9 @@ byte budget is not kept.
 
 Memos keyed by one of the few generated stacks (``stack.load``, ``stack.every``,
 ``renderer``, ``strict.stack_hosts``, ``strict._read_generated``,
-``overrides.build.sizes``, ``overrides.build._untouched_by_mirrors`` and
-``overrides.build._unlayered``) stay ``functools.cache``: their domain is fixed at build time and no request can
+``overrides.build.sizes``, ``overrides.build._untouched_by_mirrors``,
+``overrides.build._unlayered`` and ``overrides.apply._unchanged``) stay
+``functools.cache``: their domain is fixed at build time and no request can
 add to it.
 """
 
@@ -52,7 +53,10 @@ class BoundedCache(Generic[K, V]):
         self.name = name
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        # The values, least recently used first, and their sizes apart: a (value, size) pair per entry
+        # would be one more object for the cyclic collector to walk for as long as the entry lives.
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._sizes: dict[K, int] = {}
         self._bytes = 0
         _ALL.add(self)
 
@@ -61,24 +65,27 @@ class BoundedCache(Generic[K, V]):
         if hit is None:
             return None
         self._items.move_to_end(key)
-        return hit[0]
+        return hit
 
     def put(self, key: K, value: V, size: int) -> V:
         """Keep ``value`` (``size`` bytes) unless it alone exceeds the budget; evict the oldest to fit. Returns it."""
-        old = self._items.pop(key, None)
+        old = self._sizes.pop(key, None)
         if old is not None:
-            self._bytes -= old[1]
+            del self._items[key]
+            self._bytes -= old
         if size > self.max_bytes:
             return value
-        self._items[key] = (value, size)
+        self._items[key] = value
+        self._sizes[key] = size
         self._bytes += size
         while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
-            _, (_, evicted) = self._items.popitem(last=False)
-            self._bytes -= evicted
+            evicted, _ = self._items.popitem(last=False)
+            self._bytes -= self._sizes.pop(evicted)
         return value
 
     def clear(self) -> None:
         self._items.clear()
+        self._sizes.clear()
         self._bytes = 0
 
     def __len__(self) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
@@ -268,7 +268,7 @@ class Template:
         else:
             lengths = tuple([len(fills[name]) for name in names])
         last = self._last
-        if last is None or last.key != key or last.ready is not ready or last.lengths != lengths:
+        if last is None or last[0] != key or last[1] is not ready or last[2] != lengths:
             last = self._last = self._entry(key, fills, ready, lengths)
         return last
 
@@ -293,7 +293,7 @@ class Template:
             else:
                 run.append(part)
         merged.append(b"".join(run))
-        return _Entry(key, ready, lengths, tuple(merged), tuple(holes), resource, sort_key(key))
+        return key, ready, lengths, tuple(merged), tuple(holes), resource, sort_key(key)
 
     def encode(self, fills: Mapping[str, bytes]) -> bytes:
         """The Struct filled with ``fills``, encoded (what :meth:`entry` puts into a map entry)."""
@@ -305,17 +305,11 @@ class Template:
 _READY_TRUE = _READY + varint(fnv1.READY_TRUE)
 
 
-class _Entry(NamedTuple):  # made for every new template: a tuple is made 4x faster than a frozen dataclass
-    """A map entry laid out for (key, ready, fill lengths): its encoded parts, where fills go (by name),
-    the Resource's size, where it sorts."""
-
-    key: str
-    ready: bool
-    lengths: tuple[int, ...] | int
-    parts: tuple[bytes, ...]
-    holes: tuple[tuple[int, str], ...]
-    resource_size: int
-    order: bytes
+# A map entry laid out for (key, ready, fill lengths): those three, its encoded parts, where fills go (by
+# name), the Resource's size, where it sorts. A plain tuple, made for every new template and kept with it:
+# holding only text, bytes and numbers, it is untracked by the cyclic collector once the collector has seen
+# it (a named tuple, like any object, it walks for as long as it lives).
+_Entry = tuple[str, bool, tuple[int, ...] | int, tuple[bytes, ...], tuple[tuple[int, str], ...], int, bytes]
 
 
 class Resources:
@@ -334,15 +328,14 @@ class Resources:
 
     def add(self, key: str, body: Template, fills: Mapping[str, bytes], *, ready: bool) -> None:
         """Desire ``key`` with ``body`` filled by ``fills``, ready or not."""
-        entry = body.entry(key, fills, ready=ready)
-        holes = entry.holes
+        _key, _ready, _lengths, parts, holes, size, order = body.entry(key, fills, ready=ready)
         if holes:
-            parts = list(entry.parts)
+            filled = list(parts)
             for i, name in holes:
-                parts[i] = fills[name]
-            self._entries[key] = (entry.order, parts, entry.resource_size)
+                filled[i] = fills[name]
+            self._entries[key] = (order, filled, size)
         else:
-            self._entries[key] = (entry.order, entry.parts, entry.resource_size)
+            self._entries[key] = (order, parts, size)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entries

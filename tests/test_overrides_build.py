@@ -74,6 +74,18 @@ def _fresh(chosen: stack.Stack, *documents: Document) -> Plan:
     return _plan(chosen, *documents)
 
 
+def test_a_plan_holds_the_generated_plans_own_object_for_what_no_document_changes() -> None:
+    # One object per generated component for every plan to share: a cached
+    # plan holds one object less per unchanged component for the collector.
+    chosen = _eks()
+    own = {p.component.key: p for p in plan(chosen, Collected()).planned}
+    mirrored = _fresh(chosen, _mirrors("mirror.example.com/shared"))
+    for p in mirrored.planned:
+        generated = own[p.component.key]
+        assert (p is generated) == (p.component is generated.component and not p.changed_by), p.component.key
+    assert 0 < sum(p is own[p.component.key] for p in mirrored.planned) < len(mirrored.planned)
+
+
 def test_one_component_under_two_rule_sets_gets_each_its_own_rewrite() -> None:
     chosen = _eks()
     a, b = _mirrors("mirror-a.example.com/hub"), _mirrors("mirror-b.example.com/hub")

@@ -386,7 +386,11 @@ class _Planner:
                 self.held += len(layered)
                 new, seen = built(self.stack, comp, acc, layers, mirrors, by_mirrors, layered)
                 self.found.extend(seen)
-                planned.append(Planned(new, acc.state, tuple(sorted(acc.changed, key=self.order.__getitem__))))
+                changed = tuple(sorted(acc.changed, key=self.order.__getitem__))
+                if new is comp and acc.state == MANAGED and not changed:
+                    planned.append(_unchanged(self.stack)[comp.key])
+                else:
+                    planned.append(Planned(new, acc.state, changed))
             else:
                 # Not ours to change any more: the generated body (Observe-only
                 # when it was installed), changed only by the document that said so.
@@ -416,6 +420,13 @@ def _strict(
 _CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Plan] = BoundedCache(
     "plans", max_entries=128, max_bytes=32 * MIB
 )
+
+
+@cache  # one per generated stack
+def _unchanged(stack: Stack) -> dict[str, Planned]:
+    """Each generated component as planned where no document changes it: one object for every plan to share,
+    not one more per plan for the cyclic collector to walk while the plan is cached."""
+    return {c.key: Planned(c) for c in stack.components}
 
 
 @cache  # one per generated stack
