@@ -8,7 +8,7 @@ secrets, the gateway fields) around bytes encoded before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -258,8 +258,11 @@ class _Prepared:
 
     plan: Sequence[Planned]  # held, so its id stays its own while this is kept
     bodies: dict[str, Template]  # by component key
-    pc_usages: dict[str, Template]  # by consumer: each planned component's key
-    usages: dict[tuple[str, str], Template]  # by (used, user)
+    # By consumer (each planned component's key): its ProviderConfig Usage's key and body.
+    pc_usages: dict[str, tuple[str, Template]]
+    # By user (each planned component whose dependencies finalize it): (used, the Usage's key, its body) of each
+    # of its dependencies the plan has.
+    usages: dict[str, tuple[tuple[str, str, Template], ...]]
 
 
 # One per plan in use: the plan cache's (function.overrides.apply) and the stacks' own.
@@ -319,7 +322,7 @@ class StackRenderer:
         # so the first reconcile does not fail on a missing ProviderConfig.
         pcs_observed = observed.has(HELM_PC) and observed.has(KUBERNETES_PC)
         leaving = _leaving(plan, observed)
-        rendered: dict[str, Component] = {}
+        rendered: set[str] = set()
         pending: list[str] = []
         for planned in plan:
             key = planned.component.key
@@ -331,7 +334,7 @@ class StackRenderer:
                 pending.append(key)
                 continue
             into.add(key, prepared.bodies[key], fills, ready=observed.ready(key))
-            rendered[key] = planned.component
+            rendered.add(key)
         self._render_usages(into, prepared, rendered, observed, fills)
         return pending
 
@@ -356,52 +359,58 @@ class StackRenderer:
             else self._usage_templates(components)  # per-pool drivers: components of this plan only
         )
         prepared = _Prepared(plan, {p.component.key: self._template(p) for p in plan}, pc_usages, usages)
-        templates = sum(t.size for t in (*prepared.bodies.values(), *prepared.pc_usages.values()))
+        templates = sum(t.size for t in (*prepared.bodies.values(), *(t for _key, t in prepared.pc_usages.values())))
         return _PREPARED.put(id(plan), prepared, templates + templates // 2 * PYTHON_FACTOR)
 
     def _usage_templates(
         self, components: Mapping[str, Component]
-    ) -> tuple[dict[str, Template], dict[tuple[str, str], Template]]:
-        """The ProviderConfig Usage of each of ``components`` by key, and the Usages between them by (used, user)."""
-        return {key: _provider_config_usage(*api_kind(c), key) for key, c in components.items()}, {
-            (dep, user.key): self._usage(components[dep], user)
+    ) -> tuple[dict[str, tuple[str, Template]], dict[str, tuple[tuple[str, str, Template], ...]]]:
+        """The ProviderConfig Usage of each of ``components`` by key, and the Usages between them by user (see
+        _Prepared)."""
+        pc_usages = {
+            key: (provider_config_usage_key(key), _provider_config_usage(*api_kind(c), key))
+            for key, c in components.items()
+        }
+        return pc_usages, {
+            user.key: tuple(
+                (dep, usage_key(dep, user.key), self._usage(components[dep], user))
+                for dep in user.depends_on
+                if dep in components
+            )
             for user in components.values()
             if user.finalized_by_dependencies
-            for dep in user.depends_on
-            if dep in components
         }
 
     def _render_usages(
         self,
         out: Resources,
         prepared: _Prepared,
-        rendered: Mapping[str, Component],
+        rendered: Collection[str],
         observed: Observed,
         fills: Mapping[str, bytes],
     ) -> None:
         # Usages have no readiness of their own to wait for.
-        consumers = {key: api_kind(comp) for key, comp in rendered.items()}
+        for key in rendered:
+            usage_name, usage = prepared.pc_usages[key]
+            out.add(usage_name, usage, fills, ready=True)
         # A consumer on its way out (no longer desired, still observed) keeps
         # its ProviderConfig until it is gone: its uninstall needs it. Only
         # one carrying our consumer label: another pipeline step's resources
         # are not ours to protect, and a selector must resolve.
         for key, obs in observed.resources.items():
-            remote = _remote_api_kind(obs.resource)
-            if key not in rendered and remote is not None and _consumer_label(obs.resource) == label_value(key):
-                consumers[key] = remote
-        for key, (api, kind) in consumers.items():
-            usage = prepared.pc_usages.get(key) if key in rendered else None
-            out.add(provider_config_usage_key(key), usage or _provider_config_usage(api, kind, key), fills, ready=True)
-        for planned in prepared.plan:
-            user = planned.component
-            # The Usage stays while its user is on the cluster, even once the
-            # user is no longer desired: it leaves only after the user is gone,
-            # and the used component only after the Usage (see _leaving).
-            if not user.finalized_by_dependencies or not (user.key in rendered or observed.has(user.key)):
+            if key in rendered:
                 continue
-            for dep in user.depends_on:
-                if dep in rendered:
-                    out.add(usage_key(dep, user.key), prepared.usages[dep, user.key], fills, ready=True)
+            remote = _remote_api_kind(obs.resource)
+            if remote is not None and _consumer_label(obs.resource) == label_value(key):
+                out.add(provider_config_usage_key(key), _provider_config_usage(*remote, key), fills, ready=True)
+        # The Usage stays while its user is on the cluster, even once the user
+        # is no longer desired: it leaves only after the user is gone, and the
+        # used component only after the Usage (see _leaving).
+        for user, dependencies in prepared.usages.items():
+            if user in rendered or observed.has(user):
+                for dep, usage_name, usage in dependencies:
+                    if dep in rendered:
+                        out.add(usage_name, usage, fills, ready=True)
 
     def _usage(self, used: Component, user: Component) -> Template:
         key = (self.stack.id, usage_key(used.key, user.key))
