@@ -30,6 +30,7 @@ PER_STACK = (
     strict.stack_hosts,
     strict._read_generated,
     apply._generated,
+    apply._unchanged,
 )
 
 
