@@ -249,13 +249,13 @@ class Template:
                 total += len(head) + size
             else:
                 assert type(part) is _Open
-                body: list[bytes | str] = []
-                size = part.template._lay_out(lengths, own, body)
+                at = len(out)
+                out.append(b"")  # where its head goes, once the map's size is known
+                size = part.template._lay_out(lengths, own, out)
                 struct = _STRUCT_VALUE + varint(size)
                 inner = part.key + varint(len(struct) + size) + struct
                 head = _MAP_ENTRY + varint(len(inner) + size) + inner
-                out.append(head)
-                out.extend(body)
+                out[at] = head
                 total += len(head) + size
         return total
 
