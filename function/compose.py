@@ -23,6 +23,7 @@ from function.bodies import (
     RESOURCE_LABEL,
     USAGE_CONSUMER_LABEL,
     api_kind,
+    chart_block,
     component_body,
     label_value,
 )
@@ -155,9 +156,14 @@ def whole_body(planned: Planned) -> tuple[dict[str, Any], dict[tuple[str, ...], 
         # Keep the Helm release on the cluster; only stop managing it.
         out["spec"]["managementPolicies"] = ["Observe"]
     if planned.changed_by:
-        out["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
+        out["metadata"].setdefault("annotations", {}).update(_overridden_by(planned))
     holes = {_PC_NAME: PC_NAME_FILL, **{(*_MANIFEST, *p.split(".")): f for p, f in component.xr_fields.items()}}
     return out, holes
+
+
+def _overridden_by(planned: Planned) -> dict[str, str]:
+    """The annotation naming the documents that changed a planned component, if any did."""
+    return {OVERRIDDEN_BY: ",".join(planned.changed_by)} if planned.changed_by else {}
 
 
 def body_template(planned: Planned, kept: Kept | None = None) -> Template:
@@ -174,19 +180,38 @@ def body_template(planned: Planned, kept: Kept | None = None) -> Template:
 
 
 def _skeleton_of(planned: Planned) -> tuple[Template, dict[str, dict[str, Any]]]:
-    """The skeleton of a planned component's body, and what varies (_VARYING) by the fill it goes into."""
-    tree, _holes = whole_body(planned)
-    apart = _apart(tree, "values" if planned.component.is_release else "manifest")
+    """The skeleton of a planned component's body, and what varies (_VARYING) by the fill it goes into.
+
+    The skeleton kept (made with the stack's own bodies, at start-up), what
+    varies is read off the component: its values or manifest, its chart
+    block, its own annotations (as the skeleton's body had them: the key
+    holds what they are made of) and the documents' (_overridden_by); the
+    whole body is made only for a skeleton not kept yet.
+    """
+    component = planned.component
+    field = "values" if component.is_release else "manifest"
     key = _skeleton_key(planned)
-    skeleton = _SKELETONS.get(key)
-    if skeleton is None:
+    hit = _SKELETONS.get(key)
+    if hit is None:
+        tree, _holes = whole_body(planned)
+        apart = _apart(tree, field)
         skeleton = Template(tree, {_PC_NAME: PC_NAME_FILL, **{path: fill for fill, (path, _part) in apart.items()}})
-        _SKELETONS.put(key, skeleton, skeleton.size + sum(map(len, key)))
-    return skeleton, {fill: part for fill, (_path, part) in apart.items()}
+        annotations: dict[str, Any] = component_body(component)["metadata"].get("annotations", {})
+        _SKELETONS.put(key, (skeleton, annotations), skeleton.size + sum(map(len, key)) + len(repr(annotations)))
+        return skeleton, {fill: part for fill, (_path, part) in apart.items()}
+    skeleton, annotations = hit
+    parts: dict[str, dict[str, Any]] = {_CONTENT_FILL: getattr(component, field)}
+    if component.chart is not None and component.is_release:  # a Release's chart (component_body)
+        parts[_CHART_FILL] = chart_block(component.chart)
+    annotations = {**annotations, **_overridden_by(planned)}
+    if annotations:
+        parts[_ANNOTATIONS_FILL] = annotations
+    return skeleton, parts
 
 
 def _skeleton_key(planned: Planned) -> tuple[str, ...]:
-    """What the skeleton of a planned component's body is made of, as text: equal keys, equal skeletons.
+    """What the skeleton of a planned component's body, and its own annotations, are made of, as text: equal
+    keys, equal skeletons and annotations.
 
     A body (whole_body) is component_body's (function/bodies.py) of the
     component's kind, key (its labels), namespace and readiness, and of
@@ -196,11 +221,19 @@ def _skeleton_key(planned: Planned) -> tuple[str, ...]:
     only once documents changed it. The readiness as text: its values keep
     their type (1 and True are equal keys of a map, not equal encodings).
     tests/test_wire.py changes each field of a component in turn: a
-    skeleton changes only with its key.
+    skeleton and the parts read off the component change only with the key.
     """
     component = planned.component
     annotated = "annotated" if planned.changed_by else ""
-    return (component.kind, component.key, component.namespace, repr(component.readiness), planned.state, annotated)
+    return (
+        component.kind,
+        component.key,
+        component.namespace,
+        repr(component.readiness),
+        component.release_name,
+        planned.state,
+        annotated,
+    )
 
 
 # What varies between the bodies of one component, each encoded apart and put
@@ -209,10 +242,12 @@ def _skeleton_key(planned: Planned) -> tuple[str, ...]:
 # its annotations (they name the documents that changed it). No request fill
 # has these names: theirs name fields and parameters.
 _CONTENT_FILL = "(values or manifest)"
+_CHART_FILL = "(chart)"
+_ANNOTATIONS_FILL = "(annotations)"
 _VARYING = {
     _CONTENT_FILL: _FOR_PROVIDER,  # + the field: values or manifest
-    "(chart)": (*_FOR_PROVIDER, "chart"),
-    "(annotations)": ("metadata", "annotations"),
+    _CHART_FILL: (*_FOR_PROVIDER, "chart"),
+    _ANNOTATIONS_FILL: ("metadata", "annotations"),
 }
 
 
@@ -229,14 +264,14 @@ def _apart(tree: dict[str, Any], field: str) -> dict[str, tuple[tuple[str, ...],
     return out
 
 
-# Bodies without what varies (_VARYING), by what they are made of
-# (_skeleton_key). A rebuild (other mirrors, another values patch, other
+# Bodies without what varies (_VARYING), and the annotations component_body
+# gives them, by what they are made of (_skeleton_key). A rebuild (other mirrors, another values patch, other
 # documents) changes a component's values, chart or annotations, not the rest
 # of its body: the skeleton around them is encoded once, when the stack's own
 # bodies are (StackRenderer), so a restarted server's first plan finds its
 # components' skeletons made. Keyed by content, as a rebuilt body is a new
 # object; a few hundred bytes each.
-_SKELETONS: BoundedCache[tuple[str, ...], Template] = BoundedCache(
+_SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = BoundedCache(
     "body skeletons", max_entries=4096, max_bytes=4 * MIB
 )
 

@@ -410,11 +410,14 @@ def _other_values(value: Any) -> list[Any]:
     return [ChartRef("other", "oci://other", "1.0.0")]
 
 
-def test_a_skeleton_changes_only_with_its_key() -> None:
+def test_a_skeleton_and_what_varies_around_it_change_only_with_its_key() -> None:
     # Every component of every stack in every state, annotated or not, then
     # with each of its fields changed in turn: a key never stands for two
-    # skeletons (the cache would hand one body's skeleton to another).
+    # skeletons (the cache would hand one body's skeleton to another), and
+    # what varies, read off a component beside the skeleton kept for
+    # another with its key, is what its whole body has.
     texts: dict[tuple[str, ...], set[str]] = {}
+    made: list[Planned] = []
     for loaded in stack.every():
         for component in loaded.components:
             if component.xr_fields:
@@ -426,15 +429,25 @@ def test_a_skeleton_changes_only_with_its_key() -> None:
             ]
             for variant in variants:
                 for state in (MANAGED, UNMANAGED, REMOVED):
-                    for changed_by in ((), ("a-document",)):
+                    for changed_by in ((), ("a-document",), ("a-document", "another")):
                         planned = Planned(variant, state, changed_by)
                         try:
                             text = _skeleton_text(planned)
                         except (AssertionError, AttributeError):
                             continue  # no body: a Release without a chart
                         texts.setdefault(compose._skeleton_key(planned), set()).add(text)
+                        made.append(planned)
     assert len(texts) > 100
     assert {key: found for key, found in texts.items() if len(found) > 1} == {}
+    compose._SKELETONS.clear()
+    try:
+        for planned in made:
+            tree, _holes = compose.whole_body(planned)
+            apart = compose._apart(tree, "values" if planned.component.is_release else "manifest")
+            _skeleton, parts = compose._skeleton_of(planned)  # the first of each key makes the skeleton
+            assert repr(parts) == repr({fill: part for fill, (_path, part) in apart.items()}), planned
+    finally:
+        compose._SKELETONS.clear()
 
 
 def test_an_earlier_steps_resources_stay_and_ours_replace_their_bodies() -> None:
