@@ -63,7 +63,7 @@ def _full_walk(component: Component) -> tuple[dict[str, str], dict[str, dict[str
 
 
 def _short_way(loaded: Stack, component: Component) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    found = strict._candidates_of(component, strict._read_generated(loaded), {})
+    found = strict._candidates_of(component, strict._read_generated(loaded), {}, {})
     return found.anywhere, found.by_host
 
 

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 from typing import Any
 
 from function.bodies import chart_block, component_body
@@ -115,50 +116,60 @@ Held = tuple[str, str, bool, str]
 Memo = dict[tuple[str, str], tuple[Held, ...]]
 # What ``_held_under`` finds under each generated map, by the map's id: (the map, what it holds).
 Shared = dict[int, tuple[dict[str, Any], tuple[Held, ...]]]
+# What ``_held_under`` found under each map and list one check walked, by the container's id: (the container, the
+# nearest map key a list was walked under [a map's strings have their own keys: None], what it holds). A plan may put
+# one container at many paths (a plan's pull secrets): it is walked once. The entry holds the container, so its id
+# stays its own while the check runs.
+Seen = dict[int, tuple[Any, str | None, tuple[Held, ...]]]
 
 
 def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers every string of every rebuilt body
-    node: dict[str, Any] | list[Any], key: str, out: list[Held], shared: Shared, memo: Memo
+    node: dict[str, Any] | list[Any], key: str, out: list[Held], shared: Shared, memo: Memo, seen: Seen
 ) -> None:
     """What ``_held`` finds in each string ``_strings`` finds under ``node``, without paths: the walk every new body
     takes.
 
     A reference counts only when its first segment is a host (``is_host``: a
     dot, a colon or localhost), so a string with none of them holds none: most
-    strings of a body are passed over without tokenizing them. A map found in
-    ``shared`` is not walked again (looked up before the call).
+    strings of a body are passed over without tokenizing them
+    (``_may_hold_a_host``, inlined). A map found in ``shared`` is not walked
+    again (looked up before the call).
     """
+    # Exact types first (nearly every node of a body); a subclass takes the same way through isinstance.
     if isinstance(node, dict):
         for k, value in node.items():
-            if isinstance(value, str):
-                if "." in value or ":" in value or "localhost" in value.lower():
-                    out.extend(_held(str(k), value, memo))
-            elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
+            kind = type(value)
+            if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
+                if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
+                    out.extend(_held(k if type(k) is str else str(k), value, memo))
+            elif kind is dict or kind is list or isinstance(value, dict | list):  # numbers, booleans and null
+                # hold no reference
                 hit = shared.get(id(value))
                 if hit is not None and hit[0] is value:
                     out.extend(hit[1])
                 else:
-                    _held_under(value, str(k), out, shared, memo)
+                    _held_under(value, k if type(k) is str else str(k), out, shared, memo, seen)
     else:
         for value in node:
-            if isinstance(value, str):
-                if "." in value or ":" in value or "localhost" in value.lower():
+            kind = type(value)
+            if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
+                if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
                     out.extend(_held(key, value, memo))
-            elif isinstance(value, (dict, list)):
+            elif kind is dict or kind is list or isinstance(value, dict | list):
                 hit = shared.get(id(value))
                 if hit is not None and hit[0] is value:
                     out.extend(hit[1])
                 else:
-                    _held_under(value, key, out, shared, memo)
+                    _held_under(value, key, out, shared, memo, seen)
 
 
-def _held_in(node: dict[str, Any], shared: Shared, memo: Memo) -> list[Held]:
+def _held_in(node: dict[str, Any], shared: Shared, memo: Memo, seen: Seen) -> list[Held]:
     """``_held_under`` a body or a payload, itself perhaps shared."""
     hit = shared.get(id(node))
     if hit is not None and hit[0] is node:
         return list(hit[1])
     out: list[Held] = []
-    _held_under(node, "", out, shared, memo)
+    _held_under(node, "", out, shared, memo, seen)
     return out
 
 
@@ -193,10 +204,10 @@ def _read_generated(stack: Stack) -> _Generated:
     memo: Memo = {}
     for component in stack.components:
         for node in _maps(_payload(component)):
-            found.maps[id(node)] = (node, tuple(_held_in(node, {}, memo)))
+            found.maps[id(node)] = (node, tuple(_held_in(node, {}, memo, {})))
         found.heads[_head_key(component)] = tuple(_rest(component, memo))
     for component in stack.components:
-        found.bodies[id(component)] = (component, _walked(component, found, memo)[0])
+        found.bodies[id(component)] = (component, _walked(component, found, memo, {})[0])
     return found
 
 
@@ -206,7 +217,8 @@ def _payload(component: Component) -> dict[str, Any]:
 
 
 def _may_hold_a_host(text: str) -> bool:
-    return "." in text or ":" in text or "localhost" in text.lower()
+    # Only "h" and "H" lowercase to a text holding an "h": most strings without a dot or a colon skip lower().
+    return "." in text or ":" in text or (("h" in text or "H" in text) and "localhost" in text.lower())
 
 
 def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
@@ -237,14 +249,15 @@ _HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache(
 
 
 def _held(key: str, text: str, memo: Memo) -> tuple[Held, ...]:
-    hit = memo.get((key, text))
+    asked = (key, text)
+    hit = memo.get(asked)
     if hit is None:
-        hit = _HELD.get((key, text))
+        hit = _HELD.get(asked)
         if hit is None:
             hit = _tokens(key, text)
-            size = 96 + len(key) + len(text) + sum(64 + len(t) + len(h) + len(w) for t, h, _, w in hit)
-            _HELD.put((key, text), hit, size)
-        memo[(key, text)] = hit
+            # Its tokens are parts of the text, and their first segments parts of them: at most 3x the text.
+            _HELD.put(asked, hit, 96 + len(key) + 4 * len(text) + 64 * len(hit))
+        memo[asked] = hit
     return hit
 
 
@@ -378,20 +391,20 @@ _SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedC
 )
 
 
-def _candidates_of(component: Component, generated: _Generated, memo: Memo) -> _Candidates:
+def _candidates_of(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> _Candidates:
     mine = generated.bodies.get(id(component))
     if mine is not None and mine[0] is component:
         return mine[1]
     hit = _SCANS.get(id(component))
     if hit is not None and hit[0]() is component:
         return hit[1]
-    found, size = _walked(component, generated, memo)
+    found, size = _walked(component, generated, memo, seen)
     return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
 
 
-def _walked(component: Component, generated: _Generated, memo: Memo) -> tuple[_Candidates, int]:
+def _walked(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> tuple[_Candidates, int]:
     held = _head(component, generated.heads, memo)
-    held += _held_in(_payload(component), generated.maps, memo)
+    held += _held_in(_payload(component), generated.maps, memo, seen)
     return _candidates(held)
 
 
@@ -407,7 +420,8 @@ def _head_key(component: Component) -> tuple[Any, ...]:
 def _rest(component: Component, memo: Memo) -> list[Held]:
     """What ``component_body(component)`` holds besides its values or manifest and its chart."""
     chart = None if component.chart is None else _NO_CHART
-    return _held_in(component_body(dataclasses.replace(component, values={}, manifest={}, chart=chart)), {}, memo)
+    body = component_body(dataclasses.replace(component, values={}, manifest={}, chart=chart))
+    return _held_in(body, {}, memo, {})
 
 
 def _head(component: Component, heads: dict[tuple[Any, ...], tuple[Held, ...]], memo: Memo) -> list[Held]:
@@ -416,7 +430,7 @@ def _head(component: Component, heads: dict[tuple[Any, ...], tuple[Held, ...]], 
     rest = heads.get(_head_key(component))
     held = _rest(component, memo) if rest is None else list(rest)
     if component.is_release and component.chart is not None:
-        _held_under(chart_block(component.chart), "", held, {}, memo)
+        _held_under(chart_block(component.chart), "", held, {}, memo, {})
     return held
 
 
@@ -483,12 +497,12 @@ def enforce(
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
     hosts = stack_hosts(stack) | frozenset(sources)
-    generated, memo = _read_generated(stack), Memo()
+    generated, memo, seen = _read_generated(stack), Memo(), Seen()
     for component in components:
         repository = _repository(component)
         if repository is not None and not allowed(repository):
             refuse(component.key, "chart", repository)
-        if _candidates_of(component, generated, memo).refused(hosts, allowed):
+        if _candidates_of(component, generated, memo, seen).refused(hosts, allowed):
             already = frozenset(reported.get(component.key, ()))
             for path, ref in _scan(component_body(component), hosts, allowed, already):
                 refuse(component.key, path, ref)
