@@ -194,3 +194,80 @@ def test_refused_is_every_reference_asked_of_every_policy(
             not mirrors.allowed(ref) for key, text in strings for ref in strict._references(key, text, frozenset(hosts))
         )
         assert found.refused(frozenset(hosts), strict._Allowed(mirrors)) == expected
+
+
+# New containers a build may put at many paths of many bodies (a plan's pull-secret lists): lists holding strings
+# (their nearest key decides what a string holds) and maps, some holding nothing.
+SHARED = st.one_of(
+    st.builds(lambda k, t: [{k: t}], KEYS, TEXTS),
+    st.builds(lambda t, u: [t, [u]], TEXTS, TEXTS),
+    st.builds(lambda k, t: {k: [t]}, KEYS, TEXTS),
+    st.just([{"name": "artifactory-pull"}]),
+)
+
+
+@st.composite
+def _sharing(draw: st.DrawFn) -> tuple[Stack, list[Component]]:
+    """Components of one stack rebuilt with the same few new containers at several paths, under several keys."""
+    loaded = draw(st.sampled_from(STACKS))
+    pool = draw(st.lists(SHARED, min_size=1, max_size=3))
+    rebuilt = []
+    for component in draw(st.lists(st.sampled_from(loaded.components), min_size=1, max_size=4)):
+        payload = component.values if component.is_release else component.manifest
+        paths = list(_map_paths(payload))
+        for _ in range(draw(st.integers(1, 6))):
+            payload = _written(payload, draw(st.sampled_from(paths)), draw(KEYS), draw(st.sampled_from(pool)))
+        if component.is_release:
+            rebuilt.append(dataclasses.replace(component, values=payload))
+        else:
+            rebuilt.append(dataclasses.replace(component, manifest=payload))
+    return loaded, rebuilt
+
+
+@settings(max_examples=300, deadline=None)
+@given(_sharing())
+def test_containers_one_check_meets_again_hold_what_walking_all_of_them_finds(
+    sharing: tuple[Stack, list[Component]],
+) -> None:
+    loaded, components = sharing
+    generated, memo, seen = strict._read_generated(loaded), strict.Memo(), strict.Seen()  # one check's: kept throughout
+    for component in components:
+        found = strict._candidates_of(component, generated, memo, seen)
+        assert (found.anywhere, found.by_host) == _full_walk(component), component.key
+
+
+def test_a_list_one_check_meets_at_many_paths_is_walked_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = STACKS[0]
+    secrets = [{"name": "artifactory-pull"}]  # holds nothing: under any key
+    components = [
+        dataclasses.replace(c, values={"a": {"imagePullSecrets": secrets}, "b": {"x": {"pullSecrets": secrets}}})
+        for c in loaded.components
+        if c.is_release
+    ][:3]
+    walked: list[Any] = []
+    real = strict._held_under
+
+    def counting(node: Any, *rest: Any) -> None:
+        walked.append(node)
+        real(node, *rest)
+
+    monkeypatch.setattr(strict, "_held_under", counting)
+    generated, memo, seen = strict._read_generated(loaded), strict.Memo(), strict.Seen()
+    for component in components:
+        found = strict._candidates_of(component, generated, memo, seen)
+        assert (found.anywhere, found.by_host) == _full_walk(component), component.key
+    assert sum(node is secrets for node in walked) == 2  # six paths: the third and later are taken from the first walks
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.text(alphabet="lOcAhHsStT.:İıΣς", max_size=12))
+@example("LocalHost")
+@example("xLOCALHOSTy")
+def test_a_string_without_h_or_dot_or_colon_cannot_name_localhost(text: str) -> None:
+    # What the walk's pretest skips lower() on: the plain definition agrees.
+    assert strict._may_hold_a_host(text) == ("." in text or ":" in text or "localhost" in text.lower())
+
+
+def test_only_h_and_capital_h_lower_to_an_h() -> None:
+    # Why the pretest may ask for an "h" before lowering: no other code point lowers to a text holding one
+    # (str.lower maps each code point alone, but for a final sigma).
+    assert [c for c in map(chr, range(0x110000)) if "h" in c.lower()] == ["H", "h"]

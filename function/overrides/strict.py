@@ -25,7 +25,6 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import repeat
 from typing import Any
 
 from function.bodies import chart_block, component_body
@@ -116,14 +115,16 @@ Held = tuple[str, str, bool, str]
 Memo = dict[tuple[str, str], tuple[Held, ...]]
 # What ``_held_under`` finds under each generated map, by the map's id: (the map, what it holds).
 Shared = dict[int, tuple[dict[str, Any], tuple[Held, ...]]]
-# What ``_held_under`` found under each map and list one check walked, by the container's id: (the container, the
-# nearest map key a list was walked under [a map's strings have their own keys: None], what it holds). A plan may put
-# one container at many paths (a plan's pull secrets): it is walked once. The entry holds the container, so its id
-# stays its own while the check runs.
-Seen = dict[int, tuple[Any, str | None, tuple[Held, ...]]]
+# What ``_held_under`` found under each map and list one check met more than once, by the container's id: (the
+# container, the nearest map key a list was walked under or None where no key changes it [a map's strings have their
+# own keys; a container holding nothing holds nothing under any key], what it holds). A plan may put one container at
+# many paths of many bodies (its pull-secret lists): walked twice, then taken from here. Met once: None (its id alone,
+# which a later container may take: only an entry holding the container counts). An entry holds its container, so
+# the id stays the container's while the check runs.
+Seen = dict[int, tuple[Any, str | None, tuple[Held, ...]] | None]
 
 
-def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers every string of every rebuilt body
+def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers every string of every body
     node: dict[str, Any] | list[Any], key: str, out: list[Held], shared: Shared, memo: Memo, seen: Seen
 ) -> None:
     """What ``_held`` finds in each string ``_strings`` finds under ``node``, without paths: the walk every new body
@@ -133,7 +134,7 @@ def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers
     dot, a colon or localhost), so a string with none of them holds none: most
     strings of a body are passed over without tokenizing them
     (``_may_hold_a_host``, inlined). A map found in ``shared`` is not walked
-    again (looked up before the call).
+    again, nor a list ``seen`` holds (looked up before the call).
     """
     # Exact types first (nearly every node of a body); a subclass takes the same way through isinstance.
     if isinstance(node, dict):
@@ -142,25 +143,50 @@ def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers
             if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
                 if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
                     out.extend(_held(k if type(k) is str else str(k), value, memo))
-            elif kind is dict or kind is list or isinstance(value, dict | list):  # numbers, booleans and null
-                # hold no reference
+            elif kind is dict or (kind is not list and isinstance(value, dict)):
                 hit = shared.get(id(value))
                 if hit is not None and hit[0] is value:
                     out.extend(hit[1])
                 else:
+                    _held_under(value, "", out, shared, memo, seen)
+            elif kind is list or isinstance(value, list):  # numbers, booleans and null hold no reference
+                i = id(value)
+                if i not in seen:  # met for the first time
+                    seen[i] = None
                     _held_under(value, k if type(k) is str else str(k), out, shared, memo, seen)
+                else:
+                    _again(value, k if type(k) is str else str(k), out, shared, memo, seen)
     else:
         for value in node:
             kind = type(value)
             if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
                 if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
                     out.extend(_held(key, value, memo))
-            elif kind is dict or kind is list or isinstance(value, dict | list):
+            elif kind is dict or (kind is not list and isinstance(value, dict)):
                 hit = shared.get(id(value))
                 if hit is not None and hit[0] is value:
                     out.extend(hit[1])
                 else:
+                    _held_under(value, "", out, shared, memo, seen)
+            elif kind is list or isinstance(value, list):  # numbers, booleans and null hold no reference
+                i = id(value)
+                if i not in seen:  # met for the first time
+                    seen[i] = None
                     _held_under(value, key, out, shared, memo, seen)
+                else:
+                    _again(value, key, out, shared, memo, seen)
+
+
+def _again(node: list[Any], key: str, out: list[Held], shared: Shared, memo: Memo, seen: Seen) -> None:
+    """What ``node``, met before in this check, holds: kept the second time, taken from ``seen`` after."""
+    met = seen[id(node)]
+    if met is not None and met[0] is node and (met[1] is None or met[1] == key):
+        out.extend(met[2])
+        return
+    start = len(out)
+    _held_under(node, key, out, shared, memo, seen)
+    held = tuple(out[start:])
+    seen[id(node)] = (node, key if held else None, held)
 
 
 def _held_in(node: dict[str, Any], shared: Shared, memo: Memo, seen: Seen) -> list[Held]:
