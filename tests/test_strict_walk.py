@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from function import stack
 from function.bodies import component_body
 from function.overrides import strict
-from function.overrides.registry import Mirrors, Policy
+from function.overrides.images import ImageSeen
+from function.overrides.registry import Mirrors, Policy, bare
 from function.stack import ChartRef, Component, Stack
 
 STACKS = stack.every()
@@ -271,3 +272,33 @@ def test_only_h_and_capital_h_lower_to_an_h() -> None:
     # Why the pretest may ask for an "h" before lowering: no other code point lowers to a text holding one
     # (str.lower maps each code point alone, but for a final sigma).
     assert [c for c in map(chr, range(0x110000)) if "h" in c.lower()] == ["H", "h"]
+
+
+REFS = st.one_of(
+    st.text(alphabet="ab.:/@L", max_size=16),
+    st.builds(
+        "".join,
+        st.tuples(
+            st.sampled_from(
+                ["", "r.example/", "localhost/", "Localhost/", "h:5000/", "docker.io/", "index.docker.io/"]
+            ),
+            st.sampled_from(["", "a", "a/b", "/", ":", "@", "x://y/", "library/"]),
+            st.sampled_from(["", ":v1", "@sha256:" + "0" * 64, ":", "/"]),
+        ),
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(REFS, st.booleans(), ALLOWED)
+@example("docker.io/ubuntu", False, ("docker.io",))
+@example("r.example/:v1", False, ("r.example",))
+def test_an_image_is_allowed_as_its_reference_is(ref: str, prefix: bool, allowed: tuple[str, ...]) -> None:
+    # What ``_image_host`` reads of a reference is the host its qualified form starts with, when it reads one.
+    found = ImageSeen("c", "image x", ref, prefix=prefix)
+    host = strict._image_host(ref)
+    if ref and not prefix and host is not None:
+        assert host == bare(strict._image_ref(found)).split("/", 1)[0]
+    if ref:
+        verdict = strict._Allowed(Mirrors(policies=(Policy("a", "here", allowed),)))
+        assert verdict.image(found) == verdict(strict._image_ref(found))

@@ -35,12 +35,12 @@ from function.stack import ChartRef, Component, ImageRef, Stack
 from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
 
+# Docker Hub's names (``images.qualify`` rewrites a reference on them to ``docker.io/library/...``).
+_DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 # Public registries a chart default may point at even where the stack data
 # does not mention them (chart defaults are not all in the stack).
 WELL_KNOWN_HOSTS = (
-    "docker.io",
-    "index.docker.io",
-    "registry-1.docker.io",
+    *_DOCKER_HUB_HOSTS,
     "quay.io",
     "ghcr.io",
     "gcr.io",
@@ -307,6 +307,15 @@ class _Allowed:
     def __call__(self, ref: str) -> bool:
         return self.host(bare(ref).split("/", 1)[0]) if self.by_host else self.host(ref)
 
+    def image(self, found: ImageSeen) -> bool:
+        """``self(_image_ref(found))``: by its host alone where that decides and ``_image_host`` reads it."""
+        if self.by_host and not found.prefix:
+            assert found.ref
+            host = _image_host(found.ref)
+            if host is not None:
+                return self.host(host)
+        return self(_image_ref(found))
+
     def host(self, key: str) -> bool:
         """The verdict on a reference's first segment (``by_host``), or on the reference itself."""
         hit = self._seen.get(key)
@@ -355,6 +364,21 @@ def _candidates(held: Sequence[Held]) -> tuple[_Candidates, int]:
 def _image_ref(found: ImageSeen) -> str:
     assert found.ref
     return found.ref if found.prefix else qualify(split_reference(found.ref)[0])
+
+
+def _image_host(ref: str) -> str | None:
+    """The first segment of ``_image_ref`` of an image ``ref`` written ``host/path[:tag][@digest]`` (its host as
+    written), without splitting and qualifying it; None for any other shape.
+
+    Such a reference's name (``split_reference``) is the host, a slash and at
+    least the character after it, which is neither a tag's colon nor a
+    digest's at; ``qualify`` keeps it as it is, but where the host is one of
+    Docker Hub's names.
+    """
+    first, _, rest = ref.partition("/")
+    if rest and rest[0] not in ":@" and "@" not in first and "://" not in ref and is_host(first):
+        return None if first in _DOCKER_HUB_HOSTS else first
+    return None
 
 
 def _rule_text(kind: str, rule: Rule) -> str:
@@ -517,7 +541,7 @@ def enforce(
     for found in known:
         if found.ref is None:
             out[f"{found.component} {found.where}: no value and no recorded default, so its registry is unknown"] = None
-        elif found.ref and not allowed(_image_ref(found)):
+        elif found.ref and not allowed.image(found):
             refuse(found.component, found.where, found.ref)
     sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
