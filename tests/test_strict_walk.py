@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from function import stack
 from function.bodies import component_body
 from function.overrides import strict
-from function.overrides.images import ImageSeen
+from function.overrides.images import REFERENCE, ImageSeen, is_host, split_reference
 from function.overrides.registry import Mirrors, Policy, bare
 from function.stack import ChartRef, Component, Stack
 
@@ -302,3 +302,25 @@ def test_an_image_is_allowed_as_its_reference_is(ref: str, prefix: bool, allowed
     if ref:
         verdict = strict._Allowed(Mirrors(policies=(Policy("a", "here", allowed),)))
         assert verdict.image(found) == verdict(strict._image_ref(found))
+
+
+def _plain_tokens(key: str, text: str) -> tuple[strict.Held, ...]:
+    """Every token of ``text`` whose first segment is a host, by the definitions ``_tokens`` inlines."""
+    imageish = any(word in key.lower() for word in ("image", "repository", "registry"))
+    out = []
+    for token in strict._TOKEN.findall(text):
+        name = bare(token)
+        written = name.split("/", 1)[0]
+        if is_host(written.lower()):
+            shaped = imageish or bool(REFERENCE.match(name) and "/" in name and split_reference(name)[1])
+            out.append((token, written.lower(), shaped and "://" not in token, written))
+    return tuple(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    KEYS | st.text(alphabet="imageIMAGEryposRYPOS", max_size=12), TEXTS | st.text(alphabet="ab./:-@L =", max_size=30)
+)
+@example("ContainerRegistry", "oci://r.example/x/")
+def test_tokens_are_the_plain_definition(key: str, text: str) -> None:
+    assert strict._tokens(key, text) == _plain_tokens(key, text)

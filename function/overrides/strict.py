@@ -52,8 +52,6 @@ WELL_KNOWN_HOSTS = (
     "registry.gitlab.com",
 )
 
-# Keys whose string values are image references or registries wherever they sit.
-IMAGE_KEYS = ("image", "repository", "registry")
 # What separates references inside a longer string (flags, embedded YAML/JSON).
 _TOKEN = re.compile(r"[^\s\"'=,;()\[\]{}<>]+")
 # A message lists this many findings, then counts the rest: Crossplane stores it in the XR's events.
@@ -254,13 +252,14 @@ def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
 
 
 def _tokens(key: str, text: str) -> tuple[Held, ...]:
-    imageish = any(map(key.lower().__contains__, IMAGE_KEYS))
+    lowered = key.lower()  # under an image-ish key (a key holding one of these) wherever it sits
+    imageish = "image" in lowered or "repository" in lowered or "registry" in lowered
     out: list[Held] = []
     for token in _TOKEN.findall(text):
-        name = bare(token)
+        name = token.split("://", 1)[-1].rstrip("/")  # registry.bare and images.is_host, inlined: a token a string
         written = name.split("/", 1)[0]
         first = written.lower()
-        if is_host(first):
+        if "." in first or ":" in first or first == "localhost":
             shaped = imageish or bool(REFERENCE.match(name) and "/" in name and split_reference(name)[1])
             out.append((token, first, shaped and "://" not in token, written))  # a URL on an unknown host is no image
     return tuple(out)
