@@ -63,9 +63,14 @@ def _full_walk(component: Component) -> tuple[dict[str, str], dict[str, dict[str
     return anywhere, by_host
 
 
+def _sorted(found: strict.Found) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """What a body holds, by whether it counts anywhere, then by host, whichever way it is kept."""
+    candidates = strict._candidates(list(found))[0] if isinstance(found, tuple) else found
+    return candidates.anywhere, candidates.by_host
+
+
 def _short_way(loaded: Stack, component: Component) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    found = strict._candidates_of(component, strict._read_generated(loaded), {}, {})
-    return found.anywhere, found.by_host
+    return _sorted(strict._candidates_of(component, strict._read_generated(loaded), {}, {}))
 
 
 def _maps_and_lists(node: Any) -> Iterator[Any]:
@@ -188,13 +193,16 @@ DIGESTED = "Registry.Example/p/q@sha256:" + "0" * 64
 def test_refused_is_every_reference_asked_of_every_policy(
     strings: list[tuple[str, str]], first: tuple[str, ...], second: tuple[str, ...], hosts: set[str]
 ) -> None:
-    found, _size = strict._candidates([held for key, text in strings for held in strict._tokens(key, text)])
+    held = [held for key, text in strings for held in strict._tokens(key, text)]
+    # Either way a body's tokens are kept: as found (few), or sorted by host.
+    kept: list[strict.Found] = [tuple(held), strict._candidates(held)[0]]
     for policies in ((Policy("a", "here", first),), (Policy("a", "here", first), Policy("b", "there", second))):
         mirrors = Mirrors(policies=policies)
         expected = any(
             not mirrors.allowed(ref) for key, text in strings for ref in strict._references(key, text, frozenset(hosts))
         )
-        assert found.refused(frozenset(hosts), strict._Allowed(mirrors)) == expected
+        for found in kept:
+            assert strict._refused(found, frozenset(hosts), strict._Allowed(mirrors)) == expected
 
 
 # New containers a build may put at many paths of many bodies (a plan's pull-secret lists): lists holding strings
@@ -234,7 +242,7 @@ def test_containers_one_check_meets_again_hold_what_walking_all_of_them_finds(
     generated, memo, seen = strict._read_generated(loaded), strict.Memo(), strict.Seen()  # one check's: kept throughout
     for component in components:
         found = strict._candidates_of(component, generated, memo, seen)
-        assert (found.anywhere, found.by_host) == _full_walk(component), component.key
+        assert _sorted(found) == _full_walk(component), component.key
 
 
 def test_a_list_one_check_meets_at_many_paths_is_walked_twice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,7 +264,7 @@ def test_a_list_one_check_meets_at_many_paths_is_walked_twice(monkeypatch: pytes
     generated, memo, seen = strict._read_generated(loaded), strict.Memo(), strict.Seen()
     for component in components:
         found = strict._candidates_of(component, generated, memo, seen)
-        assert (found.anywhere, found.by_host) == _full_walk(component), component.key
+        assert _sorted(found) == _full_walk(component), component.key
     assert sum(node is secrets for node in walked) == 2  # six paths: the third and later are taken from the first walks
 
 

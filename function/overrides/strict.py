@@ -218,7 +218,7 @@ class _Generated:
     # What the rest of each component's body holds, but its chart (``_head``).
     heads: dict[tuple[Any, ...], tuple[Held, ...]]
     # What each component's body holds, by the component's id (the stack holds them: their ids stay theirs).
-    bodies: dict[int, tuple[Component, _Candidates]]
+    bodies: dict[int, tuple[Component, Found]]
 
 
 @cache  # one per generated stack
@@ -360,6 +360,37 @@ def _candidates(held: Sequence[Held]) -> tuple[_Candidates, int]:
     return _Candidates(anywhere, by_host), 256 * (len(by_host) + 2) + 192 * len(held) + 2 * chars
 
 
+# What a body holds that could be a reference, as ``_refused`` asks it: its
+# tokens as found where they are few (``FEW``), else sorted (``_candidates``).
+Found = _Candidates | tuple[Held, ...]
+# Up to this many tokens, asking each in every check that meets the body costs
+# less than sorting them once: a rebuilt body holds ~10, a CRD's hundreds.
+FEW = 32
+
+
+def _found(held: list[Held]) -> tuple[Found, int]:
+    """What ``held`` holds, and its size in bytes, roughly, as a cache weighs it."""
+    if len(held) > FEW:
+        return _candidates(held)
+    return tuple(held), 96 + 192 * len(held) + 3 * sum([len(token) for token, _, _, _ in held])
+
+
+def _refused(found: Found, hosts: frozenset[str], allowed: _Allowed) -> bool:
+    """Whether a policy refuses a reference of a body: one counting anywhere, or on one of ``hosts``."""
+    if not isinstance(found, tuple):
+        return found.refused(hosts, allowed)
+    if allowed.by_host:
+        by_host = allowed.host
+        for _token, host, shaped, written in found:  # noqa: SIM110 - a loop: any() would make a generator
+            if (shaped or host in hosts) and not by_host(written):
+                return True
+        return False
+    for token, host, shaped, _written in found:  # noqa: SIM110
+        if (shaped or host in hosts) and not allowed(token):
+            return True
+    return False
+
+
 def _image_ref(found: ImageSeen) -> str:
     assert found.ref
     return found.ref if found.prefix else qualify(split_reference(found.ref)[0])
@@ -435,12 +466,12 @@ def _check_rules(
 # weakly: it does not keep a dropped plan's values alive (they can be
 # megabytes), and once the component is gone its id, free for another object,
 # finds nothing.
-_SCANS: BoundedCache[int, tuple[weakref.ref[Component], _Candidates]] = BoundedCache(
+_SCANS: BoundedCache[int, tuple[weakref.ref[Component], Found]] = BoundedCache(
     "strict scans", max_entries=4096, max_bytes=4 * MIB
 )
 
 
-def _candidates_of(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> _Candidates:
+def _candidates_of(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> Found:
     mine = generated.bodies.get(id(component))
     if mine is not None and mine[0] is component:
         return mine[1]
@@ -451,10 +482,10 @@ def _candidates_of(component: Component, generated: _Generated, memo: Memo, seen
     return _SCANS.put(id(component), (weakref.ref(component), found), size)[1]
 
 
-def _walked(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> tuple[_Candidates, int]:
+def _walked(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> tuple[Found, int]:
     held = _head(component, generated.heads, memo)
     held += _held_in(_payload(component), generated.maps, memo, seen)
-    return _candidates(held)
+    return _found(held)
 
 
 # A chart block without a string that could name a registry: the rest of a body around it is its chart's alone.
@@ -551,7 +582,7 @@ def enforce(
         repository = _repository(component)
         if repository is not None and not allowed(repository):
             refuse(component.key, "chart", repository)
-        if _candidates_of(component, generated, memo, seen).refused(hosts, allowed):
+        if _refused(_candidates_of(component, generated, memo, seen), hosts, allowed):
             already = frozenset(reported.get(component.key, ()))
             for path, ref in _scan(component_body(component), hosts, allowed, already):
                 refuse(component.key, path, ref)
