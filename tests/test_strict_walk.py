@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from function import stack
 from function.bodies import component_body
 from function.overrides import strict
-from function.overrides.images import REFERENCE, ImageSeen, is_host, split_reference
+from function.overrides.images import REFERENCE, is_host, split_reference
 from function.overrides.registry import Mirrors, Policy, bare
 from function.stack import ChartRef, Component, Stack
 
@@ -303,13 +303,12 @@ REFS = st.one_of(
 @example("r.example/:v1", False, ("r.example",))
 def test_an_image_is_allowed_as_its_reference_is(ref: str, prefix: bool, allowed: tuple[str, ...]) -> None:
     # What ``_image_host`` reads of a reference is the host its qualified form starts with, when it reads one.
-    found = ImageSeen("c", "image x", ref, prefix=prefix)
     host = strict._image_host(ref)
     if ref and not prefix and host is not None:
-        assert host == bare(strict._image_ref(found)).split("/", 1)[0]
+        assert host == bare(strict._image_ref(ref, prefix)).split("/", 1)[0]
     if ref:
         verdict = strict._Allowed(Mirrors(policies=(Policy("a", "here", allowed),)))
-        assert verdict.image(found) == verdict(strict._image_ref(found))
+        assert verdict.image(ref, prefix) == verdict(strict._image_ref(ref, prefix))
 
 
 def _plain_tokens(key: str, text: str) -> tuple[strict.Held, ...]:

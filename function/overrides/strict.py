@@ -32,7 +32,7 @@ from function.cache import MIB, BoundedCache
 from function.errors import InputError
 from function.stack import ChartRef, Component, ImageRef, Stack
 
-from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
+from .images import REFERENCE, ImageSeen, image_name, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
 
 # Docker Hub's names (``images.qualify`` rewrites a reference on them to ``docker.io/library/...``).
@@ -306,14 +306,14 @@ class _Allowed:
     def __call__(self, ref: str) -> bool:
         return self.host(bare(ref).split("/", 1)[0]) if self.by_host else self.host(ref)
 
-    def image(self, found: ImageSeen) -> bool:
-        """``self(_image_ref(found))``: by its host alone where that decides and ``_image_host`` reads it."""
-        if self.by_host and not found.prefix:
-            assert found.ref
-            host = _image_host(found.ref)
+    def image(self, ref: str, prefix: bool) -> bool:
+        """``self(_image_ref(ref, prefix))``: by its host alone where that decides and ``_image_host`` reads it."""
+        if self.by_host and not prefix:
+            host = _image_host(ref)
             if host is not None:
-                return self.host(host)
-        return self(_image_ref(found))
+                hit = self._seen.get(host)
+                return self.host(host) if hit is None else hit
+        return self(_image_ref(ref, prefix))
 
     def host(self, key: str) -> bool:
         """The verdict on a reference's first segment (``by_host``), or on the reference itself."""
@@ -391,9 +391,9 @@ def _refused(found: Found, hosts: frozenset[str], allowed: _Allowed) -> bool:
     return False
 
 
-def _image_ref(found: ImageSeen) -> str:
-    assert found.ref
-    return found.ref if found.prefix else qualify(split_reference(found.ref)[0])
+def _image_ref(ref: str, prefix: bool) -> str:
+    """An image reference as policies ask it: a registry prefix as written, an image's name qualified."""
+    return ref if prefix else qualify(split_reference(ref)[0])
 
 
 def _image_host(ref: str) -> str | None:
@@ -406,8 +406,10 @@ def _image_host(ref: str) -> str | None:
     Docker Hub's names.
     """
     first, _, rest = ref.partition("/")
-    if rest and rest[0] not in ":@" and "@" not in first and "://" not in ref and is_host(first):
-        return None if first in _DOCKER_HUB_HOSTS else first
+    # (images.is_host, inlined: a call per image)
+    shaped = rest and rest[0] not in ":@" and "@" not in first and "://" not in ref
+    if shaped and ("." in first or ":" in first or first == "localhost") and first not in _DOCKER_HUB_HOSTS:
+        return first
     return None
 
 
@@ -568,11 +570,11 @@ def enforce(
         rejected.append(ref)
         reported.setdefault(component, set()).add(ref)
 
-    for found in known:
-        if found.ref is None:
-            out[f"{found.component} {found.where}: no value and no recorded default, so its registry is unknown"] = None
-        elif found.ref and not allowed.image(found):
-            refuse(found.component, found.where, found.ref)
+    for owner, at, ref, _source, prefix in known:  # unpacked: a field by name is an attribute lookup each
+        if ref is None:
+            out[f"{owner} {at}: no value and no recorded default, so its registry is unknown"] = None
+        elif ref and not allowed.image(ref, prefix):
+            refuse(owner, at, ref)
     sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
