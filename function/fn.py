@@ -11,7 +11,6 @@ import grpc
 from crossplane.function import logging, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
 from function import events, legacy, overrides, requestlog, wire
@@ -32,7 +31,7 @@ class Rendered(NamedTuple):
 
     rsp: fnv1.RunFunctionResponse
     desired: wire.Resources
-    stack: struct_pb2.Struct | None = None
+    stack: StackStatus | None = None
 
 
 def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialized: bytes | None = None) -> Rendered:
@@ -69,7 +68,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
     # once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
-    return Rendered(rsp, composed, stack_status.struct)
+    return Rendered(rsp, composed, stack_status)
 
 
 def _write_composite(
@@ -217,7 +216,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp = _fatal(req, _too_large(rsp, composed, len(data)))
             composed, stack_status = wire.Resources(), None
             data = _serialize(rsp)
-        return data, requestlog.summarize(rsp, len(rsp.desired.resources) + len(composed), stack_status)
+        said = None if stack_status is None else stack_status.said
+        return data, requestlog.summarize(rsp, len(rsp.desired.resources) + len(composed), said)
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""

@@ -78,17 +78,18 @@ class Summary:
 
 
 def summarize(
-    rsp: fnv1.RunFunctionResponse, resources: int | None = None, stack: struct_pb2.Struct | None = None
+    rsp: fnv1.RunFunctionResponse, resources: int | None = None, stack: tuple[str, tuple[str, ...]] | None = None
 ) -> Summary:
-    """What the log says of ``rsp``; ``resources`` (how many composed resources it desires) and ``stack``
-    (its ``status.stack``) when they are not in the message (:mod:`function.wire`)."""
+    """What the log says of ``rsp``; ``resources`` (how many composed resources it desires) and ``stack`` (its
+    ``status.stack``'s id and environmentConfigs) when they are not in the message (:mod:`function.wire`)."""
     resources = len(rsp.desired.resources) if resources is None else resources
     if stack is None:
-        stack = _field(rsp.desired.composite.resource, "status", "stack")
+        written = _field(rsp.desired.composite.resource, "status", "stack")
+        stack = ("", ()) if written is None else (_string(written, "id") or "", _strings(written, "environmentConfigs"))
     return Summary(
         fatals=tuple(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL),
-        stack_id=(_string(stack, "id") if stack is not None else None) or "-",
-        documents=_strings(stack, "environmentConfigs") if stack is not None else (),
+        stack_id=stack[0] or "-",
+        documents=stack[1],
         result=outcome(rsp, resources),
         resources=resources,
     )

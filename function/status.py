@@ -62,12 +62,17 @@ def _stack_fields(stack: Stack) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class StackStatus:
-    """``status.stack`` converted: a Struct, serialized deterministically (what the observed one is compared
-    with), and a ``Value`` encoded."""
+    """``status.stack`` converted: serialized deterministically (what the observed one is compared with), a
+    ``Value`` encoded, and what the request log says of it (its id and environmentConfigs); a Struct on demand."""
 
-    struct: struct_pb2.Struct
     serialized: bytes
     value: bytes
+    said: tuple[str, tuple[str, ...]]
+
+    @functools.cached_property
+    def struct(self) -> struct_pb2.Struct:
+        """As a message: parsed only where one is written into (an earlier step desired the composite)."""
+        return struct_pb2.Struct.FromString(self.serialized)
 
 
 # (stack, applied documents, rendered keys) -> status.stack: the status is a
@@ -103,7 +108,7 @@ def converted_stack_status(
                 "environmentConfigs": _list_value([wire.string_value(name) for name in found.applied]),
             }
         )
-        cached = StackStatus(struct_pb2.Struct.FromString(serialized), serialized, serialized_struct_value(serialized))
+        cached = StackStatus(serialized, serialized_struct_value(serialized), (stack.id, tuple(found.applied)))
         _CACHE.put(key, cached, len(serialized) * (PROTOBUF_FACTOR + 2))  # the Struct, its two encodings
     return cached
 

@@ -31,7 +31,7 @@ from google.protobuf.internal import decoder, encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import compose, stack, wire
+from function import compose, requestlog, stack, wire
 from function.cache import caches
 from function.fn import FunctionRunner, run
 from function.model import ServingStack
@@ -471,6 +471,18 @@ def test_an_earlier_steps_composite_keeps_its_fields_beside_ours() -> None:
     status = resource.struct_to_dict(rsp.desired.composite.resource)["status"]
     assert status["fromAnEarlierStep"] is True
     assert status["stack"]["id"] == "eks-nvidia"
+
+
+def test_the_log_says_of_a_render_what_its_written_status_stack_says() -> None:
+    # The log takes the stack's id and documents from the status it converted, not from a Struct parsed again.
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    for variant in (req, dict(_states(req))["an earlier step's composite"]):
+        data, summary = FunctionRunner()._compute(variant, variant.SerializeToString(deterministic=True))
+        written = requestlog.summarize(fnv1.RunFunctionResponse.FromString(data))
+        assert summary == written
+        assert summary.stack_id == "eks-nvidia"
+        assert summary.documents
 
 
 def test_a_transform_takes_the_message_path_and_gives_the_same_bytes() -> None:
