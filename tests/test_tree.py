@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from google.protobuf import json_format, struct_pb2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from function import tree as tree_module
 from function.inputs import plain
 from function.paths import get_path, holder, set_path
 from function.tree import Kept, copy_maps, copy_tree, holders, to_struct
@@ -127,3 +129,38 @@ def test_a_holder_reads_as_get_path_and_writes_as_set_path(tree: dict[str, Any],
         set_path(again, path, [copy_tree(value)])
         _set_reference(expected, path, [copy_tree(value)])
         assert again == expected
+
+
+@given(TREES, st.data())
+def test_a_list_met_again_converts_as_a_walked_one(tree: dict[str, Any], data: st.DataObject) -> None:
+    # One list object at several paths of a tree (as a rebuild writes a pull-secret list), in maps, in
+    # lists, inside another list met again and inside kept subtrees: merged from its first conversion,
+    # the result is still ParseDict's.
+    lists = [c for c in _containers(tree) if isinstance(c, list)] + [["pull"], [{"name": "pull"}], []]
+    shared = data.draw(st.lists(st.sampled_from(lists), min_size=1, max_size=4))
+    outer = [shared[0], {"in": shared[-1]}, shared[0]]  # a list holding a list met again, itself met again
+    tree = {**tree, **{f"again{i}": node for i, node in enumerate(shared)}, "outer": outer, "outer again": outer}
+    roots = data.draw(st.lists(st.sampled_from(_containers(tree)[1:]), max_size=2))
+    kept = Kept(roots)
+    expected = json_format.ParseDict(tree, struct_pb2.Struct())
+    for _ in range(2):
+        struct = to_struct(tree, kept)
+        assert struct == expected
+        assert struct.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+
+
+def test_a_list_met_again_is_merged_from_its_first_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The mechanism itself: a list met N times is walked once (its items set once), the others merged.
+    secrets: list[Any] = [{"name": "pull"}]
+    tree = {f"c{i}": {"imagePullSecrets": secrets} for i in range(5)}
+    walked: list[Any] = []
+    real = tree_module._set_container
+
+    def counting(target: Any, value: Any, kept: Any, lists: Any) -> None:
+        walked.append(value)
+        real(target, value, kept, lists)
+
+    monkeypatch.setattr(tree_module, "_set_container", counting)
+    struct = to_struct(tree)
+    assert [node for node in walked if node is secrets] == [secrets]
+    assert struct == json_format.ParseDict(tree, struct_pb2.Struct())

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, holder, set_path
 from function.stack import ImageRef
@@ -302,19 +303,44 @@ def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None
     ``plain`` picks the item shape: plain names (the GPU Operator's lists) or
     ``{name: x}`` (pod specs, most charts); None follows the list's own shape,
     and an empty or absent list gets the pod-spec shape.
+
+    The result may be shared (see :func:`pull_secret_list`): ``existing``
+    itself when it names them all, else one list per (names, shape) where
+    nothing was. Never change it in place.
     """
     if not (isinstance(existing, list) and existing):
         # Nothing there (most paths of the generated values): the names, each once.
-        return [name if plain else {"name": name} for name in dict.fromkeys(names)]
-    current = list(existing)
+        return pull_secret_list(names, bool(plain))
     if plain is None:
-        plain = bool(current) and all(isinstance(e, str) for e in current)
-    have = {e if isinstance(e, str) else e.get("name") for e in current if isinstance(e, str | dict)}
-    for name in names:
-        if name not in have:
-            current.append(name if plain else {"name": name})
-            have.add(name)
-    return current
+        plain = all(isinstance(e, str) for e in existing)
+    have = {e if isinstance(e, str) else e.get("name") for e in existing if isinstance(e, str | dict)}
+    missing = [name for name in dict.fromkeys(names) if name not in have]
+    if not missing:
+        return existing  # what was there names them all already (the list is equal: keep it)
+    return [*existing, *(name if plain else {"name": name} for name in missing)]
+
+
+# The pull-secret lists written where a chart has none, one per (secret names,
+# item shape): every rebuild with the same secrets writes them at ~36 paths of
+# ~10 components. Nothing changes a built component's values once built
+# (tests/test_overrides_build.py checks the plan, render and explain leave them
+# as built), so one object serves them all: made once, not ~80 objects per
+# plan for the collector to walk while the plan lives, and encoded once per
+# body (function.tree.to_struct). Few distinct secret lists exist per fleet.
+_LISTS: BoundedCache[tuple[tuple[str, ...], bool], list[Any]] = BoundedCache(
+    "pull-secret lists", max_entries=256, max_bytes=1 * MIB
+)
+
+
+def pull_secret_list(names: tuple[str, ...], plain: bool) -> list[Any]:
+    """The names, each once, as plain names or ``{name: x}`` items: one shared list per (names, shape)."""
+    hit = _LISTS.get((names, plain))
+    if hit is None:
+        unique = dict.fromkeys(names)
+        made = [name if plain else {"name": name} for name in unique]
+        # (its names' bytes, plus a list and an item's overhead per name)
+        hit = _LISTS.put((names, plain), made, (sum(map(len, unique)) + 128) * PYTHON_FACTOR)
+    return hit
 
 
 def write_pull_secrets(
@@ -339,5 +365,9 @@ def write_pull_secrets(
     for path in name_paths:
         set_path(target, path, names[0])
     for path in ref_paths:
-        set_path(target, path, {"name": names[0]})
+        # The {name: x} of a one-name list, shared as it is, unless another of
+        # these paths goes below this one: writing there would change it.
+        below = path + "."
+        nested = any(other.startswith(below) for other in ref_paths)
+        set_path(target, path, {"name": names[0]} if nested else pull_secret_list(names[:1], False)[0])
     return [*ref_list_paths, *name_list_paths, *name_paths, *ref_paths]
