@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def get_path(data: Any, path: str, default: Any = None) -> Any:
@@ -28,10 +28,33 @@ def holder(data: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     """
     parts = path.split(".")
     key = parts.pop()  # (a third faster than unpacking with a star)
+    return _opened(data, parts), key
+
+
+class Target(NamedTuple):
+    """A dot path split once, for the writes that go there again and again (a rebuild's image paths)."""
+
+    path: str
+    parents: tuple[str, ...]  # the keys of the maps on the way
+    key: str  # the last key
+
+
+def target(path: str) -> Target:
+    *parents, key = path.split(".")
+    return Target(path, tuple(parents), key)
+
+
+def put(data: dict[str, Any], parents: tuple[str, ...], key: str, value: Any) -> None:
+    """:func:`set_path` at a :class:`Target`'s ``parents`` and ``key``."""
+    _opened(data, parents)[key] = value
+
+
+def _opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The map at ``parents``, each missing (or not a map) on the way made an empty map."""
     node = data
-    for part in parts:
+    for part in parents:
         child = node.get(part)
         if not isinstance(child, dict):
             child = node[part] = {}
         node = child
-    return node, key
+    return node

@@ -91,6 +91,7 @@ class _Layered(NamedTuple):
     # one reads: then each is read as the rewriting reaches it.
     readings: tuple[images.Reading, ...] | None
     holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_maps)
+    wheres: tuple[str, ...]  # how found images name each declared image ("image <name>")
 
 
 def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]]) -> _Layered:
@@ -108,7 +109,7 @@ def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dic
         # "not there", so deleted keys go rather than travel as nulls. (A
         # fresh tree: _manifest writes into it without copying it again.)
         body, readings = drop_nulls(body), None
-    return _Layered(comp, body, credit, documents, readings, generated.holders)
+    return _Layered(comp, body, credit, documents, readings, generated.holders, generated.wheres)
 
 
 @cache  # one per generated stack
@@ -124,9 +125,10 @@ def _unlayered(stack: Stack) -> dict[str, _Layered]:
     for c in stack.components:
         if c.is_release:
             readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
-            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)))
+            wheres = tuple(f"image {img.name}" for img in c.images)
+            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres)
         else:
-            out[c.key] = _Layered(c, c.manifest, {}, (), None, ())
+            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), ())
     return out
 
 
@@ -157,11 +159,11 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
         # deep_merge shares subtrees with the generated values: copy the maps
         # on the way to what the rewriting below may write, and only those.
         values = copy_maps(values, layered.holders)
-    readings = layered.readings
+    readings, rules, key = layered.readings, mirrors.images, comp.key
     changed, provenance = acc.changed, acc.provenance  # Acc.touch, inlined: a few writes per image
-    for i, img in enumerate(comp.images):
-        reading = images.read_image(values, img) if readings is None else readings[i]
-        changes, seen = images.rewrite_image(values, reading, mirrors.images, comp.key, f"image {img.name}")
+    for i, where in enumerate(layered.wheres):
+        reading = images.read_image(values, comp.images[i]) if readings is None else readings[i]
+        changes, seen = images.rewrite_image(values, reading, rules, key, where)
         found.append(seen)
         for path, _value, document in changes:
             changed[document] = None

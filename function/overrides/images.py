@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
-from function.paths import get_path, holder, set_path
+from function.paths import Target, get_path, holder, put, set_path, target
 from function.stack import ImageRef
 
-from .registry import Rules, rewrite_image_name
+from .registry import Rules, host_end, record, rewrite_image_name
 
 # Docker's reference grammar (distribution/reference), enough to refuse what a
 # kubelet could not pull: lower-case path components, an optional host[:port],
@@ -98,6 +98,13 @@ class ImageSeen(NamedTuple):
     prefix: bool = False
 
 
+# Change and ImageSeen from a tuple of every field, without the Python-level
+# ``__new__`` a NamedTuple's constructor runs: a rebuild for new mirrors makes
+# ~125 (half its cost of making them).
+_change = record(Change)
+_seen = record(ImageSeen)
+
+
 def _read(values: dict[str, Any], img: ImageRef, key: str) -> str | None:
     path = getattr(img, key)
     if path is None:
@@ -159,24 +166,29 @@ def _split(values: dict[str, Any], img: ImageRef) -> tuple[bool, str | None]:
     return False, None
 
 
-def _write_name(
-    values: dict[str, Any], img: ImageRef, name: str, suffix: str, document: str, *, split: tuple[bool, str | None]
-) -> list[Change]:
-    """Write ``name`` (and ``suffix``) at the image's paths; ``split`` is :func:`_split` of the values before."""
+def _targets(img: ImageRef, split: tuple[bool, str | None]) -> tuple[Target, ...]:
+    """Where a new name for ``img`` goes (``split``: :func:`_split` of the values): the full reference; the
+    registry and the repository apart; or a full host/path repository or a registry prefix alone."""
     if img.ref is not None:
-        set_path(values, img.ref, name + suffix)
-        return [Change(img.ref, name + suffix, document)]
+        return (target(img.ref),)
     if img.repository is not None and img.registry is not None and split[0]:
-        registry, repository = _split_registry(name, split[1])
-        set_path(values, img.registry, registry)
-        set_path(values, img.repository, repository)
-        return [Change(img.registry, registry, document), Change(img.repository, repository, document)]
+        return target(img.registry), target(img.repository)
     # A full host/path repository (the registry key, if any, left unset), or a registry prefix alone.
     path = img.repository if img.repository is not None else img.registry
-    if path is None:
-        return []
-    set_path(values, path, name)
-    return [Change(path, name, document)]
+    return () if path is None else (target(path),)
+
+
+def _write_name(
+    values: dict[str, Any], targets: tuple[Target, ...], name: str, suffix: str, document: str, *, keep: str | None
+) -> list[Change]:
+    """Write ``name`` + ``suffix`` at ``targets`` (:func:`_targets`); to a registry and a repository apart,
+    ``name`` alone, the repository keeping ``keep`` (the chart's repository name) where it can."""
+    written = _split_registry(name, keep) if len(targets) > 1 else (name + suffix,)
+    changes = []
+    for (path, parents, key), value in zip(targets, written, strict=False):  # (no target: nothing written)
+        put(values, parents, key, value)
+        changes.append(_change((path, value, document)))
+    return changes
 
 
 class Reading(NamedTuple):
@@ -191,6 +203,8 @@ class Reading(NamedTuple):
     qualified: str  # the name with Docker Hub's implicit parts explicit (a prefix on a host as it is)
     prefix_only: bool  # a registry prefix the chart puts before image names
     split: tuple[bool, str | None]  # see _split
+    host_end: int  # where ``qualified``'s host ends: what a catch-all rule replaces (registry.Rules.rewrite)
+    targets: tuple[Target, ...]  # where a new name goes (see _targets)
 
 
 def read_image(values: dict[str, Any], img: ImageRef) -> Reading:
@@ -198,10 +212,11 @@ def read_image(values: dict[str, Any], img: ImageRef) -> Reading:
     current = image_name(values, img)
     prefix_only = img.ref is None and img.repository is None
     if current is None:
-        return Reading(img, None, "", prefix_only, (False, None))
+        return Reading(img, None, "", prefix_only, (False, None), 0, ())
     name = current[0]
     qualified = name if prefix_only and is_host(name.split("/", 1)[0]) else qualify(name)
-    return Reading(img, current, qualified, prefix_only, _split(values, img))
+    split = _split(values, img)
+    return Reading(img, current, qualified, prefix_only, split, host_end(qualified), _targets(img, split))
 
 
 def rewrite_image(
@@ -214,12 +229,13 @@ def rewrite_image(
         return [], ImageSeen(key, where, "" if reading.prefix_only else None)
     name, suffix = reading.current
     qualified, prefix_only = reading.qualified, reading.prefix_only
-    rewrite = rewrite_image_name(rules, qualified)
+    rewrite = rules.rewrite(qualified, reading.host_end)
     if rewrite is None:
-        return [], ImageSeen(key, where, name + suffix, qualified + suffix, prefix_only)
-    return _write_name(
-        values, reading.img, rewrite.value, suffix, rewrite.rule.document, split=reading.split
-    ), ImageSeen(key, where, rewrite.value + suffix, qualified + suffix, prefix_only)
+        return [], _seen((key, where, name + suffix, qualified + suffix, prefix_only))
+    new, rule = rewrite
+    written = suffix if reading.img.ref is not None else ""  # (else the tag stays where the chart has it)
+    changes = _write_name(values, reading.targets, new, written, rule.document, keep=reading.split[1])
+    return changes, _seen((key, where, new + suffix, qualified + suffix, prefix_only))
 
 
 def rewrite_values(
@@ -238,7 +254,10 @@ def set_image(values: dict[str, Any], img: ImageRef, ref: str, document: str, wh
             f"{where}: image {img.name} takes only a registry prefix ({img.registry}); "
             "point it at a mirror with registry.images instead"
         )
-    changes = _write_name(values, img, name, "" if img.ref is None else suffix, document, split=_split(values, img))
+    split = _split(values, img)
+    changes = _write_name(
+        values, _targets(img, split), name, "" if img.ref is None else suffix, document, keep=split[1]
+    )
     if img.ref is None and suffix:
         tag = suffix[1:] if suffix.startswith(":") else None
         if img.tag is None or tag is None:
