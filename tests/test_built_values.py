@@ -4,6 +4,8 @@ while nothing writes into a built component after its build."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from function import overrides, stack
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, Plan
+from function.overrides.document import Document, OverrideDocument
 from function.overrides.explain import as_data, explain, format_text
 from function.overrides.images import pull_secret_list
 from function.overrides.pulls import as_skopeo, pulls
@@ -21,6 +24,11 @@ from tests.support.overrides import bank, ec, overridden
 from tests.support.xr import make_xr
 
 SECRETS = ["bank-pull", "team-pull"]
+
+
+def _document(name: str, doc: dict[str, Any]) -> Document:
+    digest = hashlib.blake2b(json.dumps(doc, sort_keys=True).encode(), digest_size=16).digest()
+    return Document(name, f"EnvironmentConfig {name}: data.servingStack", OverrideDocument.model_validate(doc), digest)
 
 
 def _body(component: Component) -> dict[str, Any]:
@@ -100,3 +108,30 @@ def test_nothing_changes_built_values_once_built(
     assert shared == shared_before
     for got, _found, built in planned:
         assert [_body(p.component) for p in got.planned] == built
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), [(Cloud.EKS, Accelerator.NVIDIA), (Cloud.EXISTING, Accelerator.AMD)])
+def test_every_pull_secret_path_written_is_credited_to_its_document(cloud: Cloud, accelerator: Accelerator) -> None:
+    chosen = stack.load(cloud, accelerator)
+    assert chosen is not None
+    documents = (_document("secrets", {"registry": {"imagePullSecrets": SECRETS}}),)
+    got = overrides.plan(chosen, Collected(documents=documents))
+    for p in got.planned:
+        c = p.component
+        paths = list(  # (each once: a path may be declared twice)
+            dict.fromkeys(
+                (
+                    *c.pull_secret_ref_list_paths,
+                    *c.pull_secret_name_list_paths,
+                    *c.pull_secret_name_paths,
+                    *c.pull_secret_ref_paths,
+                )
+            )
+        )
+        credited = got.provenance.get(c.key, {})
+        prefix = "values" if c.is_release else "manifest"
+        assert [
+            path.removeprefix(f"{prefix}.") for path in credited if path.removeprefix(f"{prefix}.") in paths
+        ] == paths
+        assert all(credited[f"{prefix}.{path}"] == "secrets" for path in paths), c.key
+        assert ("secrets" in p.changed_by) == bool(paths or credited), c.key

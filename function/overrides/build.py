@@ -92,6 +92,7 @@ class _Layered(NamedTuple):
     readings: tuple[images.Reading, ...] | None
     holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_maps)
     wheres: tuple[str, ...]  # how found images name each declared image ("image <name>")
+    secret_credits: tuple[str, ...]  # the provenance paths of what pull secrets write (see _pull_secrets)
 
 
 def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]]) -> _Layered:
@@ -109,7 +110,9 @@ def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dic
         # "not there", so deleted keys go rather than travel as nulls. (A
         # fresh tree: _manifest writes into it without copying it again.)
         body, readings = drop_nulls(body), None
-    return _Layered(comp, body, credit, documents, readings, generated.holders, generated.wheres)
+    return _Layered(
+        comp, body, credit, documents, readings, generated.holders, generated.wheres, generated.secret_credits
+    )
 
 
 @cache  # one per generated stack
@@ -126,9 +129,10 @@ def _unlayered(stack: Stack) -> dict[str, _Layered]:
         if c.is_release:
             readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
             wheres = tuple(f"image {img.name}" for img in c.images)
-            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres)
+            credits = tuple(f"values.{path}" for path in _pull_secret_paths(c))
+            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits)
         else:
-            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), ())
+            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), (), ())
     return out
 
 
@@ -169,7 +173,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
             changed[document] = None
             provenance[f"values.{path}"] = document
     if mirrors.image_pull_secrets:
-        _pull_secrets(values, comp, mirrors, acc)
+        _pull_secrets(values, comp, mirrors, acc, layered.secret_credits)
     chart = _chart(comp, acc, mirrors)
     if values is comp.values and chart is comp.chart:
         return comp
@@ -180,22 +184,35 @@ def _written_paths(comp: Component) -> Iterator[str]:
     """The value paths image rewriting and pull secrets write into on ``comp``."""
     for img in comp.images:
         yield from img.paths()
-    yield from comp.pull_secret_ref_list_paths
-    yield from comp.pull_secret_name_list_paths
-    yield from comp.pull_secret_name_paths
-    yield from comp.pull_secret_ref_paths
+    yield from _pull_secret_paths(comp)
 
 
-def _pull_secrets(values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: Acc) -> None:
-    for path in images.write_pull_secrets(
+def _pull_secret_paths(comp: Component) -> tuple[str, ...]:
+    """The value paths pull secrets write into on ``comp``, in the order they are written."""
+    return (
+        *comp.pull_secret_ref_list_paths,
+        *comp.pull_secret_name_list_paths,
+        *comp.pull_secret_name_paths,
+        *comp.pull_secret_ref_paths,
+    )
+
+
+def _pull_secrets(
+    values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: Acc, credits: tuple[str, ...]
+) -> None:
+    """Write the pull secrets; credit their document with ``credits`` (each path, as touching it would)."""
+    images.write_pull_secrets(
         values,
         mirrors.image_pull_secrets,
         ref_list_paths=comp.pull_secret_ref_list_paths,
         name_list_paths=comp.pull_secret_name_list_paths,
         name_paths=comp.pull_secret_name_paths,
         ref_paths=comp.pull_secret_ref_paths,
-    ):
-        acc.touch(mirrors.image_pull_secrets_by, f"values.{path}")
+    )
+    if credits:
+        by = mirrors.image_pull_secrets_by
+        acc.changed[by] = None
+        acc.provenance.update(dict.fromkeys(credits, by))
 
 
 def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
