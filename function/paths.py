@@ -28,7 +28,7 @@ def holder(data: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
     """
     parts = path.split(".")
     key = parts.pop()  # (a third faster than unpacking with a star)
-    return _opened(data, parts), key
+    return opened(data, parts), key
 
 
 class Target(NamedTuple):
@@ -44,13 +44,9 @@ def target(path: str) -> Target:
     return Target(path, tuple(parents), key)
 
 
-def put(data: dict[str, Any], parents: tuple[str, ...], key: str, value: Any) -> None:
-    """:func:`set_path` at a :class:`Target`'s ``parents`` and ``key``."""
-    _opened(data, parents)[key] = value
-
-
-def _opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """The map at ``parents``, each missing (or not a map) on the way made an empty map."""
+def opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """The map at ``parents`` (a :class:`Target`'s), each missing (or not a map) on the way made an empty map,
+    as :func:`set_path` makes them: ``opened(data, parents)[key] = value`` sets the value there."""
     node = data
     for part in parents:
         child = node.get(part)

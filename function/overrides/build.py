@@ -307,7 +307,8 @@ def built(
     key = (id(comp), acc.version, layered, mirrors_key)  # the entry holds comp, so its id stays its own
     hit = _BUILT.get(key)
     if hit is None or hit[0] is not comp:
-        noted, seen = Acc(version=acc.version), list[images.ImageSeen]()
+        noted = Acc(version=acc.version)
+        seen: list[images.ImageSeen] = []  # (a literal: list[ImageSeen]() goes through typing's alias)
         build = _release if comp.is_release else _manifest
         new = build(_under_layers(stack, comp, layers), noted, mirrors, seen)
         weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])

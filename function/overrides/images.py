@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
-from function.paths import Target, get_path, holder, put, set_path, target
+from function.paths import Target, get_path, holder, opened, set_path, target
 from function.stack import ImageRef
 
 from .registry import Rules, host_end, record, rewrite_image_name
@@ -186,7 +186,7 @@ def _write_name(
     written = _split_registry(name, keep) if len(targets) > 1 else (name + suffix,)
     changes = []
     for (path, parents, key), value in zip(targets, written, strict=False):  # (no target: nothing written)
-        put(values, parents, key, value)
+        opened(values, parents)[key] = value
         changes.append(_change((path, value, document)))
     return changes
 
@@ -316,7 +316,9 @@ def rewrite_manifest(
     return changes, found
 
 
-def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None = None) -> list[Any]:
+def merge_pull_secrets(
+    existing: Any, names: tuple[str, ...], plain: bool | None = None, written: list[Any] | None = None
+) -> list[Any]:
     """Add secret names to a pull-secret list, keeping what is there.
 
     ``plain`` picks the item shape: plain names (the GPU Operator's lists) or
@@ -325,11 +327,12 @@ def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None
 
     The result may be shared (see :func:`pull_secret_list`): ``existing``
     itself when it names them all, else one list per (names, shape) where
-    nothing was. Never change it in place.
+    nothing was (``written``, when the caller looked it up). Never change it
+    in place.
     """
     if not (isinstance(existing, list) and existing):
         # Nothing there (most paths of the generated values): the names, each once.
-        return pull_secret_list(names, bool(plain))
+        return pull_secret_list(names, bool(plain)) if written is None else written
     if plain is None:
         plain = all(isinstance(e, str) for e in existing)
     have = {e if isinstance(e, str) else e.get("name") for e in existing if isinstance(e, str | dict)}
@@ -342,8 +345,8 @@ def merge_pull_secrets(existing: Any, names: tuple[str, ...], plain: bool | None
 # The pull-secret lists written where a chart has none, one per (secret names,
 # item shape): every rebuild with the same secrets writes them at ~36 paths of
 # ~10 components. Nothing changes a built component's values once built
-# (tests/test_overrides_build.py checks the plan, render and explain leave them
-# as built), so one object serves them all: made once, not ~80 objects per
+# (tests/test_built_values.py checks a render, explain and later plans leave
+# them as built), so one object serves them all: made once, not ~80 objects per
 # plan for the collector to walk while the plan lives, and encoded once per
 # body (function.tree.to_struct). Few distinct secret lists exist per fleet.
 _LISTS: BoundedCache[tuple[tuple[str, ...], bool], list[Any]] = BoundedCache(
@@ -378,9 +381,10 @@ def write_pull_secrets(
     get the first secret (the mirror's credentials come first).
     """
     for paths, plain in ((ref_list_paths, False), (name_list_paths, True)):
+        written = pull_secret_list(names, plain) if paths else None  # (looked up once for all the paths)
         for path in paths:
             node, key = holder(target, path)
-            node[key] = merge_pull_secrets(node.get(key), names, plain=plain)
+            node[key] = merge_pull_secrets(node.get(key), names, plain, written)
     for path in name_paths:
         set_path(target, path, names[0])
     for path in ref_paths:

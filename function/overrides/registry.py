@@ -102,7 +102,7 @@ class Rules:
 
         None when no rule matches or ``ref`` is already under a rule's target.
         """
-        matching = None if self.mirrored(ref) else self._matching(ref)
+        matching = None if self._targets.cover(ref) else self._matching(ref)  # (cover: see mirrored)
         if matching is None:
             return None
         rule, source, _below, to, cut = matching
