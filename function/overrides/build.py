@@ -26,7 +26,7 @@ from function.values import deep_merge, drop_nulls
 
 from . import images
 from .planned import MANAGED, State
-from .registry import Mirrors, Rules, rewrite_chart_repository
+from .registry import Mirrors, Rules, chart_repository
 
 
 @dataclass(slots=True)  # (a plan makes two per component: its own, and its build's)
@@ -93,6 +93,7 @@ class _Layered(NamedTuple):
     holders: tuple[tuple[str, ...], ...]  # the maps image rewriting and pull secrets write into (copy_maps)
     wheres: tuple[str, ...]  # how found images name each declared image ("image <name>")
     secret_credits: tuple[str, ...]  # the provenance paths of what pull secrets write (see _pull_secrets)
+    chart_repository: tuple[str, int]  # a Release's chart repository as rules take it (registry.chart_repository)
 
 
 def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]]) -> _Layered:
@@ -110,9 +111,7 @@ def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dic
         # "not there", so deleted keys go rather than travel as nulls. (A
         # fresh tree: _manifest writes into it without copying it again.)
         body, readings = drop_nulls(body), None
-    return _Layered(
-        comp, body, credit, documents, readings, generated.holders, generated.wheres, generated.secret_credits
-    )
+    return generated._replace(body=body, credit=credit, documents=documents, readings=readings)
 
 
 @cache  # one per generated stack
@@ -130,9 +129,12 @@ def _unlayered(stack: Stack) -> dict[str, _Layered]:
             readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
             wheres = tuple(f"image {img.name}" for img in c.images)
             credits = tuple(f"values.{path}" for path in _pull_secret_paths(c))
-            out[c.key] = _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits)
+            repository = chart_repository(c.chart.repository) if c.chart is not None else ("", 0)
+            out[c.key] = _Layered(
+                c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits, repository
+            )
         else:
-            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), (), ())
+            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), (), (), ("", 0))
     return out
 
 
@@ -174,7 +176,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
             provenance[f"values.{path}"] = document
     if mirrors.image_pull_secrets:
         _pull_secrets(values, comp, mirrors, acc, layered.secret_credits)
-    chart = _chart(comp, acc, mirrors)
+    chart = _chart(comp, acc, mirrors, layered.chart_repository)
     if values is comp.values and chart is comp.chart:
         return comp
     return replaced(comp, values=values, chart=chart)
@@ -215,17 +217,19 @@ def _pull_secrets(
         acc.provenance.update(dict.fromkeys(credits, by))
 
 
-def _chart(comp: Component, acc: Acc, mirrors: Mirrors) -> ChartRef | None:
+def _chart(comp: Component, acc: Acc, mirrors: Mirrors, repository: tuple[str, int]) -> ChartRef | None:
+    """``comp``'s chart, its repository (``repository``: as rules take it) mirrored, pinned and credentials given."""
     chart = comp.chart
     if chart is None:
         return None
     changed: dict[str, str] = {} if acc.version is None else {"version": acc.version}
-    rewrite = rewrite_chart_repository(mirrors.charts, chart.repository) if mirrors.charts else None
+    rewrite = mirrors.charts.rewrite(*repository) if mirrors.charts else None
     if rewrite is not None:
         changed["repository"] = rewrite.value
         acc.touch(rewrite.rule.document, "chart.repository")
-    # Mirror credentials go only to a chart pulled from a mirror, never upstream.
-    if mirrors.chart_pull_secret and mirrors.charts.mirrored(changed.get("repository", chart.repository).rstrip("/")):
+    # Mirror credentials go only to a chart pulled from a mirror, never
+    # upstream. (A rewritten repository is under its rule's target.)
+    if mirrors.chart_pull_secret and (rewrite is not None or mirrors.charts.mirrored(repository[0])):
         changed["pull_secret_ref"] = mirrors.chart_pull_secret
         acc.touch(mirrors.chart_pull_secret_by, "chart.pullSecretRef.name")
     return replaced(chart, **changed) if changed else chart

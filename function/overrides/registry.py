@@ -149,11 +149,15 @@ def host_end(name: str) -> int:
 
 def rewrite_chart_repository(rules: Rules, repository: str) -> Rewrite | None:
     """Rewrite a chart repository URL; the chart name and version are not part of it."""
+    return rules.rewrite(*chart_repository(repository))
+
+
+def chart_repository(repository: str) -> tuple[str, int]:
+    """A chart repository URL as rules take it (no trailing slash), and where what the catch-all replaces ends:
+    its scheme and host (all of a reference without a scheme)."""
     repository = repository.rstrip("/")
     scheme = repository.find("://")
-    # The catch-all replaces scheme and host (all of a reference without a scheme).
-    host_end = len(repository) if scheme < 0 else _end(repository.find("/", scheme + 3), repository)
-    return rules.rewrite(repository, host_end)
+    return repository, len(repository) if scheme < 0 else _end(repository.find("/", scheme + 3), repository)
 
 
 def _end(slash: int, ref: str) -> int:
