@@ -121,11 +121,6 @@ def to_struct(tree: dict[str, Any], kept: Kept | None = None) -> struct_pb2.Stru
     return out
 
 
-def fill(target: struct_pb2.Struct, tree: dict[str, Any]) -> None:
-    """Set the fields of ``tree`` in ``target``, each as :func:`to_struct` converts it."""
-    _fill(target, tree, _NOTHING_KEPT, {})
-
-
 # Dispatch by exact type first (what trees hold), the general checks after;
 # ``kept``: the ids of the kept subtrees (see Kept); ``lists``: see _Lists.
 def _fill(target: struct_pb2.Struct, tree: dict[str, Any], kept: frozenset[int], lists: _Lists) -> None:
