@@ -36,7 +36,7 @@ from function.overrides.registry import (
     Rule,
     Rules,
     bare,
-    rewrite_chart_repository,
+    chart_repository,
     rewrite_image_name,
     under,
 )
@@ -233,7 +233,7 @@ def test_rewrites_are_the_longest_matching_rules_target(prefixes: list[str], sch
     # A chart repository's catch-all replaces scheme and host; without a scheme, all of it.
     scheme_end = repository.find("://")
     host_end = scheme_end + 3 if scheme_end >= 0 else len(repository)
-    chart = rewrite_chart_repository(rules, scheme + ref)
+    chart = rules.rewrite(*chart_repository(scheme + ref))
     assert (chart and chart.value) == _rewrite_reference(rules, repository, host_end)
     for got in (image, chart):
         assert got is None or got.rule in rules.rules

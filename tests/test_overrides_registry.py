@@ -17,7 +17,7 @@ from function.model import Accelerator, Cloud
 from function.overrides import Collected, plan, strict
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import pod_containers, qualify, split_reference
-from function.overrides.registry import Rule, Rules, rewrite_chart_repository, rewrite_image_name
+from function.overrides.registry import Rule, Rules, chart_repository, rewrite_image_name
 from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
 from tests.support.crossplane import desired, render
@@ -97,14 +97,14 @@ def test_chart_rules_keep_the_path_and_prefer_the_longest_prefix() -> None:
     )
 
     def target(repository: str) -> str | None:
-        got = rewrite_chart_repository(rules, repository)
+        got = rules.rewrite(*chart_repository(repository))
         return got.value if got else None
 
     assert target("https://charts.jetstack.io/") == "oci://m.example.com/jetstack"
     assert target("oci://registry.k8s.io/lws/charts") == "oci://m.example.com/k8s/lws/charts"
-    got = rewrite_chart_repository(rules, "https://helm.ngc.nvidia.com/nvidia")
+    got = rules.rewrite(*chart_repository("https://helm.ngc.nvidia.com/nvidia"))
     assert got is not None and got.value == "oci://m.example.com/charts/nvidia"
-    assert rewrite_chart_repository(rules, "oci://m.example.com/charts/nvidia") is None
+    assert rules.rewrite(*chart_repository("oci://m.example.com/charts/nvidia")) is None
 
 
 # --------------------------------------------------------------------------- #

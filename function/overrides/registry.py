@@ -147,11 +147,6 @@ def host_end(name: str) -> int:
     return _end(name.find("/"), name)
 
 
-def rewrite_chart_repository(rules: Rules, repository: str) -> Rewrite | None:
-    """Rewrite a chart repository URL; the chart name and version are not part of it."""
-    return rules.rewrite(*chart_repository(repository))
-
-
 def chart_repository(repository: str) -> tuple[str, int]:
     """A chart repository URL as rules take it (no trailing slash), and where what the catch-all replaces ends:
     its scheme and host (all of a reference without a scheme)."""
