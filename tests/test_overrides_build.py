@@ -20,6 +20,7 @@ from function.overrides import Collected, Plan, plan
 from function.overrides.build import (
     Acc,
     _credit,
+    _pull_secret_paths,
     _under_layers,
     _untouched_by_mirrors,
     built,
@@ -84,6 +85,17 @@ def test_a_plan_holds_the_generated_plans_own_object_for_what_no_document_change
         generated = own[p.component.key]
         assert (p is generated) == (p.component is generated.component and not p.changed_by), p.component.key
     assert 0 < sum(p is own[p.component.key] for p in mirrored.planned) < len(mirrored.planned)
+
+
+def test_a_component_the_mirrors_write_nothing_into_is_the_generated_one() -> None:
+    # No image and no pull-secret path: image rules and pull secrets leave its values as they are, so the
+    # plan holds the generated component itself (no copy to encode, walk and keep).
+    chosen = _eks()
+    untouched = [c for c in chosen.components if c.is_release and not c.images and not _pull_secret_paths(c)]
+    assert untouched
+    mirrored = {p.component.key: p.component for p in _fresh(chosen, _mirrors("mirror.example.com/none")).planned}
+    for comp in untouched:
+        assert mirrored[comp.key] is comp, comp.key
 
 
 def test_one_component_under_two_rule_sets_gets_each_its_own_rewrite() -> None:

@@ -161,9 +161,10 @@ def _credit(layered: _Layered, acc: Acc) -> None:
 def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.ImageSeen]) -> Component:
     comp, values = layered.comp, layered.body
     _credit(layered, acc)
-    if (mirrors.images and comp.images) or mirrors.image_pull_secrets:
+    if (mirrors.images and comp.images) or (mirrors.image_pull_secrets and layered.secret_credits):
         # deep_merge shares subtrees with the generated values: copy the maps
-        # on the way to what the rewriting below may write, and only those.
+        # on the way to what the rewriting below may write, and only those
+        # (none for a chart with no image and no pull-secret path: it stays the generated one).
         values = copy_maps(values, layered.holders)
     readings, rules, key = layered.readings, mirrors.images, comp.key
     changed, provenance = acc.changed, acc.provenance  # Acc.touch, inlined: a few writes per image
