@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 from typing import Any
 
 from function.bodies import chart_block, component_body
@@ -122,7 +123,7 @@ Shared = dict[int, tuple[dict[str, Any], tuple[Held, ...]]]
 Seen = dict[int, tuple[Any, str | None, tuple[Held, ...]] | None]
 
 
-def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers every string of every body
+def _held_under(
     node: dict[str, Any] | list[Any], key: str, out: list[Held], shared: Shared, memo: Memo, seen: Seen
 ) -> None:
     """What ``_held`` finds in each string ``_strings`` finds under ``node``, without paths: the walk every new body
@@ -134,45 +135,26 @@ def _held_under(  # noqa: PLR0912 - maps and lists in two loops: the walk covers
     (``_may_hold_a_host``, inlined). A map found in ``shared`` is not walked
     again, nor a list ``seen`` holds (looked up before the call).
     """
-    # Exact types first (nearly every node of a body); a subclass takes the same way through isinstance.
-    if isinstance(node, dict):
-        for k, value in node.items():
-            kind = type(value)
-            if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
-                if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
-                    out.extend(_held(k if type(k) is str else str(k), value, memo))
-            elif kind is dict or (kind is not list and isinstance(value, dict)):
-                hit = shared.get(id(value))
-                if hit is not None and hit[0] is value:
-                    out.extend(hit[1])
-                else:
-                    _held_under(value, "", out, shared, memo, seen)
-            elif kind is list or isinstance(value, list):  # numbers, booleans and null hold no reference
-                i = id(value)
-                if i not in seen:  # met for the first time
-                    seen[i] = None
-                    _held_under(value, k if type(k) is str else str(k), out, shared, memo, seen)
-                else:
-                    _again(value, k if type(k) is str else str(k), out, shared, memo, seen)
-    else:
-        for value in node:
-            kind = type(value)
-            if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
-                if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
-                    out.extend(_held(key, value, memo))
-            elif kind is dict or (kind is not list and isinstance(value, dict)):
-                hit = shared.get(id(value))
-                if hit is not None and hit[0] is value:
-                    out.extend(hit[1])
-                else:
-                    _held_under(value, "", out, shared, memo, seen)
-            elif kind is list or isinstance(value, list):  # numbers, booleans and null hold no reference
-                i = id(value)
-                if i not in seen:  # met for the first time
-                    seen[i] = None
-                    _held_under(value, key, out, shared, memo, seen)
-                else:
-                    _again(value, key, out, shared, memo, seen)
+    # Exact types first (nearly every node of a body); a subclass takes the same way through isinstance. A list's
+    # items are taken under its nearest map key (``key``); a map's keys are strings but in odd input.
+    for k, value in node.items() if isinstance(node, dict) else zip(repeat(key), node):
+        kind = type(value)
+        if kind is str or (kind is not dict and kind is not list and isinstance(value, str)):
+            if "." in value or ":" in value or (("h" in value or "H" in value) and "localhost" in value.lower()):
+                out.extend(_held(k if type(k) is str else str(k), value, memo))
+        elif kind is dict or (kind is not list and isinstance(value, dict)):
+            hit = shared.get(id(value))
+            if hit is not None and hit[0] is value:
+                out.extend(hit[1])
+            else:
+                _held_under(value, "", out, shared, memo, seen)
+        elif kind is list or isinstance(value, list):  # numbers, booleans and null hold no reference
+            i = id(value)
+            if i not in seen:  # met for the first time
+                seen[i] = None
+                _held_under(value, k if type(k) is str else str(k), out, shared, memo, seen)
+            else:
+                _again(value, k if type(k) is str else str(k), out, shared, memo, seen)
 
 
 def _again(node: list[Any], key: str, out: list[Held], shared: Shared, memo: Memo, seen: Seen) -> None:
