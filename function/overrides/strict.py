@@ -33,7 +33,7 @@ from function.cache import MIB, BoundedCache
 from function.errors import InputError
 from function.stack import ChartRef, Component, ImageRef, Stack
 
-from .images import REFERENCE, ImageSeen, image_name, pod_containers, qualify, split_reference
+from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
 from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
 
 # Docker Hub's names (``images.qualify`` rewrites a reference on them to ``docker.io/library/...``).
@@ -238,10 +238,10 @@ def _tokens(key: str, text: str) -> tuple[Held, ...]:
     imageish = "image" in lowered or "repository" in lowered or "registry" in lowered
     out: list[Held] = []
     for token in _TOKEN.findall(text):
-        name = token.split("://", 1)[-1].rstrip("/")  # registry.bare and images.is_host, inlined: a token a string
+        name = bare(token)
         written = name.split("/", 1)[0]
         first = written.lower()
-        if "." in first or ":" in first or first == "localhost":
+        if is_host(first):
             shaped = imageish or bool(REFERENCE.match(name) and "/" in name and split_reference(name)[1])
             out.append((token, first, shaped and "://" not in token, written))  # a URL on an unknown host is no image
     return tuple(out)
@@ -293,8 +293,7 @@ class _Allowed:
         if self.by_host and not prefix:
             host = _image_host(ref)
             if host is not None:
-                hit = self._seen.get(host)
-                return self.host(host) if hit is None else hit
+                return self.host(host)
         return self(_image_ref(ref, prefix))
 
     def host(self, key: str) -> bool:
