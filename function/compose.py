@@ -197,8 +197,7 @@ def _skeleton_of(planned: Planned) -> tuple[Template, dict[str, dict[str, Any]]]
         apart = _apart(tree, field)
         skeleton = Template(tree, {_PC_NAME: PC_NAME_FILL, **{path: fill for fill, (path, _part) in apart.items()}})
         annotations: dict[str, Any] = component_body(component)["metadata"].get("annotations", {})
-        _SKELETONS.put(key, (skeleton, annotations), skeleton.size + sum(map(len, key)) + len(repr(annotations)))
-        return skeleton, {fill: part for fill, (_path, part) in apart.items()}
+        hit = _SKELETONS.put(key, (skeleton, annotations), skeleton.size + sum(map(len, key)) + len(repr(annotations)))
     skeleton, annotations = hit
     parts: dict[str, dict[str, Any]] = {_CONTENT_FILL: getattr(component, field)}
     if component.chart is not None and component.is_release:  # a Release's chart (component_body)

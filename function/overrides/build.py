@@ -175,7 +175,7 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
         for path, _value, document in changes:
             changed[document] = None
             provenance[f"values.{path}"] = document
-    if mirrors.image_pull_secrets:
+    if mirrors.image_pull_secrets and layered.secret_credits:  # one per pull-secret path: none, nothing to write
         _pull_secrets(values, comp, mirrors, acc, layered.secret_credits)
     chart = _chart(comp, acc, mirrors, layered.chart_repository)
     if values is comp.values and chart is comp.chart:
@@ -212,10 +212,9 @@ def _pull_secrets(
         name_paths=comp.pull_secret_name_paths,
         ref_paths=comp.pull_secret_ref_paths,
     )
-    if credits:
-        by = mirrors.image_pull_secrets_by
-        acc.changed[by] = None
-        acc.provenance.update(dict.fromkeys(credits, by))
+    by = mirrors.image_pull_secrets_by
+    acc.changed[by] = None
+    acc.provenance.update(dict.fromkeys(credits, by))
 
 
 def _chart(comp: Component, acc: Acc, mirrors: Mirrors, repository: tuple[str, int]) -> ChartRef | None:

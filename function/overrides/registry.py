@@ -107,7 +107,7 @@ class Rules:
             return None
         rule, source, _below, to, cut = matching
         if source is None:
-            path = ref[host_end + 1 :] if host_end < len(ref) else ""
+            path = ref[host_end + 1 :]  # "" where the host is all of it (host_end == len(ref))
             return _rewrite((f"{to}/{path}" if path else to, rule))
         return _rewrite((to + ref[cut:], rule))
 
