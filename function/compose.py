@@ -174,7 +174,7 @@ def body_template(planned: Planned, kept: Kept | None = None) -> Template:
     if planned.component.xr_fields:
         return Template(*whole_body(planned))  # requests fill fields inside the manifest: encoded whole, around them
     skeleton, parts = _skeleton_of(planned)
-    # Converted together; a Value holding a map encodes as encoded_struct_value does.
+    # Converted together; a Value holding a map encodes as serialized_struct_value of the map's encoding.
     converted = to_struct(parts, kept).fields
     return skeleton.filled({fill: converted[fill].SerializeToString(deterministic=True) for fill in parts})
 

@@ -122,11 +122,6 @@ def struct_value(fields: Mapping[str, bytes]) -> bytes:
     return _field(_STRUCT_VALUE, _struct(fields))
 
 
-def encoded_struct_value(struct: struct_pb2.Struct) -> bytes:
-    """A ``Value`` holding ``struct``, encoded."""
-    return serialized_struct_value(struct.SerializeToString(deterministic=True))
-
-
 def serialized_struct_value(serialized: bytes) -> bytes:
     """A ``Value`` holding the Struct serialized as ``serialized``, encoded."""
     return _field(_STRUCT_VALUE, serialized)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.protobuf import struct_pb2
 
-from function import fn, status, wire
+from function import fn, status
 from function.tree import to_struct
 
 Converted = list[tuple[tuple[Any, ...], status.StackStatus]]
@@ -32,4 +33,4 @@ def assert_converted_as_the_whole_status(calls: Converted) -> None:
         struct = to_struct(status.stack_status(*args))
         assert converted.struct == struct
         assert converted.serialized == struct.SerializeToString(deterministic=True)
-        assert converted.value == wire.encoded_struct_value(struct)
+        assert converted.value == struct_pb2.Value(struct_value=struct).SerializeToString(deterministic=True)
