@@ -82,6 +82,10 @@ class PdbPaths:
     min_available: str | None = None
     max_unavailable: str | None = None
 
+    def paths(self) -> tuple[str, ...]:
+        """The value paths it declares."""
+        return tuple(p for p in (self.enabled, self.min_available, self.max_unavailable) if p)
+
 
 @dataclass(frozen=True)
 class ChartRef:

@@ -112,17 +112,10 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
 
 
 def _shortcut_paths(comp: Component, over: ComponentOverride) -> Iterator[str]:
-    """The value paths the shortcuts ``over`` gives may write on ``comp``."""
-    if over.replicas is not None:
-        yield from comp.replicas
-    if over.resources is not None:
-        yield from comp.resources
-    if over.image is not None:
-        yield from (p for img in comp.images for p in img.paths())
-    if over.podDisruptionBudget is not None:
-        yield from (
-            p for b in comp.pod_disruption_budgets for p in (b.enabled, b.min_available, b.max_unavailable) if p
-        )
+    """The value paths the shortcuts ``over`` gives may write on ``comp``: what each declares (SHORTCUT_PATHS)."""
+    for shortcut in over.shortcuts():
+        for declared in getattr(comp, SHORTCUT_PATHS[shortcut]):
+            yield from (declared,) if isinstance(declared, str) else declared.paths()
 
 
 def _values_patch(comp: Component, over: ComponentOverride, document: str, where: str) -> dict[str, Any]:
