@@ -281,9 +281,9 @@ _SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = Bou
 _DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache(
     "overridden bodies", max_entries=4096, max_bytes=32 * MIB
 )
-# Usage bodies, one per (stack, used, user): per-pool drivers add pairs from
-# user input (the driver's name), so this grows with input unless bounded.
-_USAGES: BoundedCache[tuple[str, str], Template] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
+# Usage bodies, one per (stack, used, user): per-pool drivers and added components
+# add pairs from user input (their keys), so this grows with input unless bounded.
+_USAGES: BoundedCache[tuple[str, str, str, str], Template] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
 
 
 @dataclass(frozen=True)
@@ -447,7 +447,8 @@ class StackRenderer:
                         out.add(usage_name, usage, fills, ready=True)
 
     def _usage(self, used: Component, user: Component) -> Template:
-        key = (self.stack.id, usage_key(used.key, user.key))
+        # By kinds too: a key a document added is a Release in one plan and may be an Object in another.
+        key = (self.stack.id, usage_key(used.key, user.key), used.kind, user.kind)
         cached = _USAGES.get(key)
         if cached is None:
             cached = Template(_usage(used, user))

@@ -60,9 +60,18 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
             apply_transforms(extra, xr, rsp.desired.resources)
     except InputError as err:
         return Rendered(_fatal(req, str(err)), wire.Resources())
-    stack_status = converted_stack_status(chosen, plan.planned, found, {*composed, *rsp.desired.resources})
+    rendered = {*composed, *rsp.desired.resources}
+    present = {a.key for a in plan.added if a.key in rendered or a.key in req.observed.resources}
+    stack_status = converted_stack_status(chosen, plan.planned, found, rendered, memory.kept(plan.added, present))
     _write_composite(rsp, composed, stack_status, _gateway_address(req), pending=bool(pending))
-    normals = [bounded(n) for n in (*found.notes, *plan.notes, overrides.summary(chosen, found, plan.planned))]
+    normals = [
+        bounded(n)
+        for n in (
+            *found.notes,
+            *plan.notes,
+            overrides.summary(chosen, found, plan.planned, [a.key for a in plan.added]),
+        )
+    ]
     warned = [bounded(w) for w in (*legacy_notes, *found.warnings, *plan.warnings)]
     # Compared as deterministic serializations, equal exactly when the messages are (upb compares
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read

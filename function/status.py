@@ -14,15 +14,24 @@ from function.__version__ import __version__
 from function.cache import MIB, PROTOBUF_FACTOR, PYTHON_FACTOR, BoundedCache
 from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
-from function.overrides.planned import State
+from function.overrides.planned import Added, State
 from function.stack import Component, Stack
 from function.tree import to_struct
 from function.wire import serialized_struct_value, sort_key, varint
 
 
-def stack_status(stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]) -> dict[str, Any]:
+def stack_status(
+    stack: Stack,
+    plan: Sequence[Planned],
+    found: Collected,
+    rendered: Collection[str],
+    added: Sequence[Added] = (),
+) -> dict[str, Any]:
+    """``status.stack``; ``added``: the added components to remember (:func:`function.overrides.memory.kept`)."""
     components = [{**_said(p.component), **_now(p, rendered)} for p in plan]
     return {
+        # The memory an added component is kept from when no document adds it any more (overrides.memory).
+        **({"added": memory.added_entries(added)} if added else {}),
         **_stack_fields(stack),
         "environmentConfigs": list(found.applied),
         # The memory a document that goes missing is kept from (overrides.memory).
@@ -78,7 +87,7 @@ class StackStatus:
 # (stack, applied documents, rendered keys) -> status.stack: the status is a
 # function of these alone, and converting it is the costliest step left on
 # the hot path. Distinct combinations in use at once: a few per fleet.
-_CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str]], StackStatus] = BoundedCache(
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str], frozenset[str]], StackStatus] = BoundedCache(
     "status.stack", max_entries=512, max_bytes=8 * MIB
 )
 
@@ -87,7 +96,11 @@ _PER_PLAN: dict[tuple[str, ...], str] = {(key,): key for key in ("components", "
 
 
 def converted_stack_status(
-    stack: Stack, plan: Sequence[Planned], found: Collected, rendered: Collection[str]
+    stack: Stack,
+    plan: Sequence[Planned],
+    found: Collected,
+    rendered: Collection[str],
+    added: Sequence[Added] = (),
 ) -> StackStatus:
     """``status.stack``, converted once per distinct (stack, documents, rendered keys).
 
@@ -96,12 +109,15 @@ def converted_stack_status(
     equal): the stack's head and what each component says whatever the
     documents are encoded beforehand, the documents are kept encoded as
     their request carried them (``Document.encoded``), and only what the
-    plan made of each component is put between.
+    plan made of each component is put between. ``added``: see :func:`stack_status`.
     """
-    key = (stack, found.fingerprint, frozenset(rendered))
+    # (the plan's additions are the fingerprint's: which of them are remembered is all ``added`` adds)
+    key = (stack, found.fingerprint, frozenset(rendered), frozenset(a.key for a in added))
     cached = _CACHE.get(key)
     if cached is None:
-        serialized = _head(stack).encode(
+        # "added" sorts before every other field of status.stack (wire.sort_key): its entry comes first.
+        head = _encoded("added", memory.added_entries(added)) if added else b""
+        serialized = head + _head(stack).encode(
             {
                 "components": _list_value(_components(plan, rendered)),
                 "documents": _list_value(memory.encoded_entries(found)),

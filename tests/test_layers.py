@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset(
             {
                 "function.overrides",
+                "function.overrides.added",
                 "function.overrides.apply",
                 "function.overrides.build",
                 "function.overrides.collect",

@@ -5,15 +5,8 @@ What is simulated, and where Crossplane does it:
   reconciler does (crossplane internal/controller/apiextensions/composite/
   reconciler.go: Available when no desired resource is unready, unless the
   function set the composite's readiness);
-- a Usage selector resolves to the first match and stops (crossplane
-  internal/controller/protection/usage/selector.go, resolveSelector);
-- garbage collection deletes every observed resource no longer desired in one
-  pass and strips the Usage's composite label, so a Usage leaving in that pass
-  does not wait for its user (internal/controller/apiextensions/composite/
-  composition_functions.go, GarbageCollectComposedResources; internal/
-  controller/protection/usage/reconciler.go); deleting a resource while a
-  Usage of it exists is refused with 409 Conflict (internal/webhook/
-  protection/usage/handler.go).
+- Usage selectors, garbage collection and the Usage webhook as
+  tests/support/cluster.py simulates them (its docstring names the sources).
 """
 
 from __future__ import annotations
@@ -30,11 +23,11 @@ from function.bodies import label_value
 from function.compose import HELM_PC, KUBERNETES_PC
 from function.offline import RenderError, RenderResult, run_pipeline
 from function.render_output import render_documents
+from tests.support.cluster import USAGE, api_kind, garbage_collect, resolve, usages
 from tests.support.crossplane import desired, grpc_runner
 from tests.support.overrides import ec
 from tests.support.xr import make_xr, observed_as
 
-USAGE = "protection.crossplane.io/v1beta1/Usage"
 # k8s.io/apimachinery/pkg/util/validation/validation.go, IsValidLabelValue:
 # at most 63 characters, alphanumeric at both ends, - _ . inside.
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -57,51 +50,6 @@ def xr_ready(result: RenderResult) -> dict[str, Any]:
     xr = render_documents(result)[0]
     condition: dict[str, Any] = next(c for c in xr["status"]["conditions"] if c["type"] == "Ready")
     return condition
-
-
-def api_kind(body: dict[str, Any]) -> str:
-    return f"{body['apiVersion']}/{body['kind']}"
-
-
-def resolve(selector: dict[str, Any], api: str, kind: str, resources: dict[str, dict[str, Any]]) -> list[str]:
-    """Keys of the resources a Usage's resourceRef or resourceSelector names (all XRs' resources are ours here)."""
-    candidates = {k: r for k, r in resources.items() if api_kind(r) == f"{api}/{kind}"}
-    if "resourceRef" in selector:
-        return [k for k, r in candidates.items() if r["metadata"].get("name") == selector["resourceRef"]["name"]]
-    labels = selector["resourceSelector"]["matchLabels"]
-    return [
-        k
-        for k, r in candidates.items()
-        if all(r["metadata"].get("labels", {}).get(name) == value for name, value in labels.items())
-    ]
-
-
-def usages(resources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {k: r["spec"] for k, r in resources.items() if api_kind(r) == USAGE}
-
-
-def garbage_collect(
-    observed: dict[str, dict[str, Any]], wanted: dict[str, dict[str, Any]]
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """One reconcile on the cluster: create what is wanted, delete the rest in one pass.
-
-    Returns what is there afterwards and what went wrong: a deletion the Usage
-    webhook refuses (a Usage of the resource still exists, in whatever order
-    the pass runs), or a Usage leaving while its user is still there.
-    """
-    leaving = {k: r for k, r in observed.items() if k not in wanted}
-    problems = []
-    for key, spec in usages(observed).items():
-        of = resolve(spec["of"], spec["of"]["apiVersion"], spec["of"]["kind"], observed)
-        by = resolve(spec["by"], spec["by"]["apiVersion"], spec["by"]["kind"], observed)
-        for used in of:
-            if used in leaving and api_kind(leaving[used]) != USAGE:
-                problems.append(f"409: deleting {used} while {key} holds it")
-        if key in leaving and [u for u in by if u not in leaving]:
-            problems.append(f"{key} left while its user {by} stays")
-    after = {k: r for k, r in observed.items() if k in wanted}
-    after.update({k: r for k, r in wanted.items() if k not in after})
-    return after, problems
 
 
 def installed(target: str, xr: dict[str, Any]) -> dict[str, dict[str, Any]]:

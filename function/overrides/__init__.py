@@ -21,8 +21,9 @@ from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned
 __all__ = ["Collected", "Document", "Plan", "Planned", "collect", "plan", "prepare", "summary"]
 
 
-def summary(stack: Stack, found: Collected, plan: Sequence[Planned]) -> str:
-    """One line for a Normal result: what the applied documents did, or that none applies."""
+def summary(stack: Stack, found: Collected, plan: Sequence[Planned], added: Sequence[str] = ()) -> str:
+    """One line for a Normal result: what the applied documents did, or that none applies; ``added``: the keys of
+    the components they added."""
     if not found.applied:
         # Said every time, so `kubectl describe` shows a stack rendered as generated.
         excluded = f"; their match excludes it: {first_few(list(found.unmatched), ', ')}" if found.unmatched else ""
@@ -31,7 +32,7 @@ def summary(stack: Stack, found: Collected, plan: Sequence[Planned]) -> str:
             f"(EnvironmentConfigs labelled {DEFAULT_LABEL}={DEFAULT_LABEL_VALUE}, or as the function Input names"
             f"{excluded})"
         )
-    changed = [p.component.key for p in plan if p.changed_by and p.state == MANAGED]
+    changed = [p.component.key for p in plan if p.changed_by and p.state == MANAGED and p.component.key not in added]
     unmanaged = [p.component.key for p in plan if p.state == UNMANAGED]
     removed = [p.component.key for p in plan if p.state == REMOVED]
     remembered = [d.name for d in found.documents if d.remembered]
@@ -39,6 +40,8 @@ def summary(stack: Stack, found: Collected, plan: Sequence[Planned]) -> str:
     if remembered:
         parts.append(f"kept from the last reconcile: {', '.join(remembered)}")
     parts.append(f"{len(changed)} of {len(plan)} components changed" + (f" ({', '.join(changed)})" if changed else ""))
+    if added:
+        parts.append(f"added: {', '.join(added)}")
     if unmanaged:
         parts.append(f"Unmanaged: {', '.join(unmanaged)}")
     if removed:

@@ -22,7 +22,7 @@ from function.stack import Component, Stack
 from function.tree import copy_maps, holders
 from function.values import deep_merge
 
-from . import images, strict
+from . import added, images, strict
 from .build import Acc, built, layers_key, leaves, mirrors_key, sizes
 from .document import (
     Collected,
@@ -32,9 +32,10 @@ from .document import (
     Fingerprint,
     PodDisruptionBudget,
     RegistryPolicy,
+    RememberedAddition,
 )
 from .drivers import driver_component
-from .planned import MANAGED, REMOVED, UNMANAGED, Plan, Planned, State
+from .planned import MANAGED, REMOVED, UNMANAGED, Added, Plan, Planned, State
 from .registry import INPUT_POLICY, Mirrors, Policy, Rule, Rules, bare
 
 SHORTCUT_PATHS = {
@@ -230,7 +231,14 @@ def _pools_take_drivers(stack: Stack) -> bool:
 class _Planner:
     """One computation of a plan: read the documents, then build each component."""
 
-    def __init__(self, stack: Stack, documents: Sequence[Document], policy: RegistryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        stack: Stack,
+        documents: Sequence[Document],
+        policy: RegistryPolicy | None = None,
+        remembered: Sequence[RememberedAddition] = (),
+        retired: frozenset[str] = frozenset(),
+    ) -> None:
         self.stack = stack
         self.by_key = {c.key: c for c in stack.components}
         self.accs = {c.key: Acc() for c in stack.components}
@@ -238,6 +246,8 @@ class _Planner:
         self.order = {d.name: i for i, d in enumerate(documents)}
         self.warnings: list[str] = []
         self.notes: list[str] = []
+        self.added = added.definitions(documents, remembered)
+        self._define(remembered, retired)
         self.registry = _Registry()
         self.registry.impose(policy)
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
@@ -247,15 +257,50 @@ class _Planner:
         for d in documents:
             self._read(d)
 
+    def _define(self, remembered: Sequence[RememberedAddition], retired: frozenset[str]) -> None:
+        """Each added component as its defining entry (or the memory) gives it, credited to its document."""
+        before = {r.key for r in remembered}
+        for key, defn in self.added.items():
+            comp = self.by_key[key] = added.component(defn)
+            acc = self.accs[key] = Acc()
+            acc.touch(defn.document, "state")
+            acc.touch(defn.document, "chart" if comp.is_release else "manifest")
+            if comp.is_release:
+                acc.touch(defn.document, "values")
+            if defn.remembered is None:
+                continue
+            self.where.setdefault(defn.document, defn.where)
+            new = [k for k, d in self.added.items() if d.document == defn.document and k not in before]
+            acc.state, warning = added.remembered_state(defn, retired, new)
+            acc.state_by = defn.document
+            if warning is not None:
+                self.warnings.append(warning)
+            elif defn.remembered.state != REMOVED:
+                self.notes.append(
+                    f"components.{key}: added by {defn.document}, which is retired: {key} leaves the cluster "
+                    "(after what depends on it)"
+                )
+
     def _read(self, d: Document) -> None:
         for key, over in d.doc.components.items():
             at = f"{d.where}.components.{key}"
+            added.collision(key, over, at)
             comp = self.by_key.get(key)
             if comp is None:
-                self._absent(d, key, at)
+                self._absent(d, key, at, over)
                 continue
-            _check_fields(comp, over, at)
             acc = self.accs[key]
+            defn = self.added.get(key)
+            if defn is not None and defn.remembered is None and defn.document == d.name:
+                if over.state is not None:  # the defining entry: the rest is the component itself
+                    acc.state, acc.state_by = over.state, d.name
+                continue
+            if defn is not None and over.addition_fields():
+                raise InputError(
+                    f"{at}.{over.addition_fields()[0]}: {key} is added by {defn.document} ({defn.where}); one "
+                    "document adds a component, others change its state, values or manifest"
+                )
+            _check_fields(comp, over, at)
             if over.state is not None:
                 acc.state, acc.state_by = over.state, d.name
                 acc.touch(d.name, "state")
@@ -293,8 +338,12 @@ class _Planner:
                 )
             self.drivers[drv.name] = (drv, d.name)
 
-    def _absent(self, d: Document, key: str, at: str) -> None:
+    def _absent(self, d: Document, key: str, at: str, over: ComponentOverride) -> None:
         """A component this stack lacks: skipped when the document also selects stacks that have it."""
+        if over.model_fields_set == {"state"} and over.state == REMOVED and key not in added.generated_keys():
+            # An added component removed and gone: nothing defines it any more.
+            self.notes.append(f"{at}.state: Removed, and no component {key} is here: nothing to remove")
+            return
         others = [s for s in stack_module.every() if key in {c.key for c in s.components}]
         meant = [s.id for s in others if d.doc.match.admits(s.cloud, s.accelerator)]
         if meant:
@@ -362,11 +411,13 @@ class _Planner:
         self.held += len(by_mirrors)
         drivers = self._driver_components(mirrors)
         states = {k: a.state for k, a in self.accs.items()} | {c.key: MANAGED for c, _ in drivers}
-        _check_removed(states, [*self.stack.components, *(c for c, _ in drivers)], self.accs, self.where)
+        comps = [*self.stack.components, *(self.by_key[key] for key in self.added)]
+        added.check(self.by_key, self.added, self.stack.id)
+        _check_removed(states, [*comps, *(c for c, _ in drivers)], self.accs, self.where)
         operator_layers = self._operator_layers(states)
         planned: list[Planned] = []
         provenance: dict[str, dict[str, str]] = {}
-        for comp in self.stack.components:
+        for comp in comps:
             acc = self.accs[comp.key]
             # A Removed component stays composed as it was until its dependents
             # are gone (compose orders the removal): keep its overrides, e.g.
@@ -379,7 +430,7 @@ class _Planner:
                 self.held += len(layered)
                 new, seen = built(self.stack, comp, acc, layers, mirrors, by_mirrors, layered)
                 self.found.extend(seen)
-                changed = tuple(sorted(acc.changed, key=self.order.__getitem__))
+                changed = tuple(sorted(acc.changed, key=lambda name: self.order.get(name, -1)))
                 if new is comp and acc.state == MANAGED and not changed:
                     planned.append(_unchanged(self.stack)[comp.key])
                 else:
@@ -394,8 +445,27 @@ class _Planner:
         planned += [Planned(c, MANAGED, (document,)) for c, document in drivers]
         provenance.update(self.driver_provenance)
         if mirrors.strict:
+            self._images_declared(mirrors, states)
             _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
-        return Plan(tuple(planned), tuple(self.warnings), tuple(self.notes), provenance, tuple(self.found), mirrors)
+        additions = tuple(
+            Added(key, defn.document, states[key], defn.entry, self.by_key[key].chart)
+            for key, defn in self.added.items()
+        )
+        return Plan(
+            tuple(planned), tuple(self.warnings), tuple(self.notes), provenance, tuple(self.found), mirrors, additions
+        )
+
+    def _images_declared(self, mirrors: Mirrors, states: dict[str, State]) -> None:
+        """Under strict, an added chart must say which images it runs: the function knows nothing of its chart."""
+        for key, defn in self.added.items():
+            if defn.over.chart is not None and defn.over.images is None and states[key] == MANAGED:
+                raise InputError(
+                    f"{defn.where}.images: registry.strict (set by {', '.join(mirrors.strict_by)}): the images "
+                    f"chart {defn.over.chart.name} runs are unknown here (an added chart has no chart inventory, "
+                    "so its defaults cannot be read); declare each image the chart runs under images, with its "
+                    "value written out in values (images: [] if it runs none of its own), so rules rewrite them "
+                    "and strict checks them"
+                )
 
 
 def _strict(
@@ -452,13 +522,13 @@ def plan(stack: Stack, found: Collected) -> Plan:
     With no document and no policy, the generated stack exactly (the same
     objects, whose protobuf the renderer holds ready).
     """
-    if not found.documents and found.policy is None:
+    if not found.documents and found.policy is None and not found.additions:
         return _generated(stack)
     key = (stack, found.fingerprint, found.policy)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
-    planner = _Planner(stack, found.documents, found.policy)
+    planner = _Planner(stack, found.documents, found.policy, found.additions, found.retired)
     computed = planner.plan()
     # A plan holds copies of the generated values it changed and what the
     # documents merge into them and set: weighed as both, at their serialized

@@ -97,8 +97,11 @@ class _Layered(NamedTuple):
 
 
 def _under_layers(stack: Stack, comp: Component, layers: Sequence[tuple[str, dict[str, Any]]]) -> _Layered:
-    """``comp`` under ``layers``: without any, the generated component's, read once per stack."""
-    generated = _unlayered(stack)[comp.key]
+    """``comp`` under ``layers``: without any, the generated component's, read once per stack (a component a
+    document added is read here)."""
+    generated = _unlayered(stack).get(comp.key)
+    if generated is None or generated.comp is not comp:
+        generated = _read(comp)
     if not layers:
         return generated
     documents = tuple(dict.fromkeys(document for document, _ in layers))
@@ -123,19 +126,18 @@ def _unlayered(stack: Stack) -> dict[str, _Layered]:
     for later mirrors would mostly be one its document has since replaced,
     kept only to weigh on the heap the collector walks.)
     """
-    out: dict[str, _Layered] = {}
-    for c in stack.components:
-        if c.is_release:
-            readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
-            wheres = tuple(f"image {img.name}" for img in c.images)
-            credits = tuple(f"values.{path}" for path in _pull_secret_paths(c))
-            repository = chart_repository(c.chart.repository) if c.chart is not None else ("", 0)
-            out[c.key] = _Layered(
-                c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits, repository
-            )
-        else:
-            out[c.key] = _Layered(c, c.manifest, {}, (), None, (), (), (), ("", 0))
-    return out
+    return {c.key: _read(c) for c in stack.components}
+
+
+def _read(c: Component) -> _Layered:
+    """``c`` under no layer, its images read."""
+    if not c.is_release:
+        return _Layered(c, c.manifest, {}, (), None, (), (), (), ("", 0))
+    readings = tuple(images.read_image(c.values, img) for img in c.images) if _reads_apart(c) else None
+    wheres = tuple(f"image {img.name}" for img in c.images)
+    credits = tuple(f"values.{path}" for path in _pull_secret_paths(c))
+    repository = chart_repository(c.chart.repository) if c.chart is not None else ("", 0)
+    return _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits, repository)
 
 
 def _reads_apart(comp: Component) -> bool:
@@ -241,7 +243,9 @@ def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.
     # Copy the manifest only when there is something to write into it, and
     # only the generated one: one under layers is this build's own (drop_nulls).
     containers = list(images.pod_containers(manifest))
-    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(comp.images or containers)
+    rewriting = bool(mirrors.images or mirrors.image_pull_secrets) and bool(
+        comp.images or containers or _pull_secret_paths(comp)
+    )
     if rewriting and manifest is comp.manifest:
         manifest = copy_tree(manifest)
         containers = list(images.pod_containers(manifest))  # the copy's, to write into
@@ -254,8 +258,15 @@ def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.
         written, one = images.rewrite_values(manifest, img, rules, comp.key, f"manifest image {img.name}")
         found.append(one)
         changes += written
-    if secrets and comp.pull_secret_ref_list_paths:
-        paths = images.write_pull_secrets(manifest, secrets, ref_list_paths=comp.pull_secret_ref_list_paths)
+    if secrets and _pull_secret_paths(comp):
+        paths = images.write_pull_secrets(
+            manifest,
+            secrets,
+            ref_list_paths=comp.pull_secret_ref_list_paths,
+            name_list_paths=comp.pull_secret_name_list_paths,
+            name_paths=comp.pull_secret_name_paths,
+            ref_paths=comp.pull_secret_ref_paths,
+        )
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.document, f"manifest.{change.path}")
@@ -315,7 +326,10 @@ def built(
         seen: list[images.ImageSeen] = []  # (a literal: list[ImageSeen]() goes through typing's alias)
         build = _release if comp.is_release else _manifest
         new = build(_under_layers(stack, comp, layers), noted, mirrors, seen)
-        weight = _weight(comp, new, len(layered), sizes(stack)[comp.key])
+        generated = sizes(stack).get(comp.key)
+        if generated is None:  # a component a document added
+            generated = len(json.dumps(comp.values or comp.manifest, separators=(",", ":")))
+        weight = _weight(comp, new, len(layered), generated)
         hit = _BUILT.put(key, (comp, new, noted.changed, noted.provenance, tuple(seen)), weight)
     _, new, changed, provenance, seen_before = hit
     acc.changed.update(changed)

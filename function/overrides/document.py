@@ -175,8 +175,65 @@ class PodDisruptionBudget(StrictModel):
         return self
 
 
+class AddedChart(StrictModel):
+    """The Helm chart of a component a document adds."""
+
+    name: NonEmpty
+    repository: NonEmpty
+    version: NonEmpty
+
+    @model_validator(mode="after")
+    def _scheme(self) -> AddedChart:
+        if not self.repository.startswith(CHART_SCHEMES) or not self.repository.split("://", 1)[1].strip("/"):
+            raise ValueError(f"repository: {self.repository!r}: a chart repository is an https:// or oci:// URL")
+        return self
+
+
+class AddedImage(StrictModel):
+    """Where an added component takes one image (as ``stacks/charts.yaml`` declares a chart's): a full
+    reference (``ref``), or a ``repository`` (with an optional ``registry`` before it and ``tag`` beside it)."""
+
+    name: NonEmpty
+    ref: NonEmpty | None = None
+    registry: NonEmpty | None = None
+    repository: NonEmpty | None = None
+    tag: NonEmpty | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> AddedImage:
+        if (self.ref is None) == (self.repository is None):
+            raise ValueError("give the value path of the full reference (ref) or of the repository, one of them")
+        if self.ref is not None and (self.registry or self.tag):
+            raise ValueError("ref is the full reference: registry and tag go with repository only")
+        return self
+
+
+class PullSecretPaths(StrictModel):
+    """Where an added component takes image pull secrets (``registry.imagePullSecrets`` are written there),
+    by the shape each path takes."""
+
+    refList: list[NonEmpty] = Field(default_factory=list)  # noqa: N815 - [{name: s}] (pod specs, most charts)
+    nameList: list[NonEmpty] = Field(default_factory=list)  # noqa: N815 - [s]
+    name: list[NonEmpty] = Field(default_factory=list)  # one name: the first secret
+    ref: list[NonEmpty] = Field(default_factory=list)  # one {name: s}: the first secret
+
+
+# A Helm release name is at most 53 characters (helm pkg/action: releaseNameMaxLen).
+RELEASE_NAME_MAX = 53
+# What only a document adding a component gives (not a change to one).
+ADDITION_FIELDS = ("chart", "namespace", "releaseName", "dependsOn", "images", "pullSecretPaths")
+
+
 class ComponentOverride(StrictModel):
     state: State | None = None
+    # A component the document adds, under a key no generated stack has: a Helm
+    # chart (chart, namespace, values), or a raw manifest (manifest). See ADDITION_FIELDS.
+    chart: AddedChart | None = None
+    namespace: Annotated[str, Field(pattern=DNS_LABEL)] | None = None
+    releaseName: Annotated[str, Field(pattern=DNS_LABEL, max_length=RELEASE_NAME_MAX)] | None = None  # noqa: N815
+    dependsOn: list[NonEmpty] | None = None  # noqa: N815
+    images: list[AddedImage] | None = None
+    pullSecretPaths: PullSecretPaths | None = None  # noqa: N815
     version: NonEmpty | None = None
     values: dict[str, Any] | None = None
     replicas: Annotated[Int, Field(ge=0)] | None = None
@@ -187,6 +244,29 @@ class ComponentOverride(StrictModel):
     # Deep merge onto a raw manifest (Object components): maps merge, lists
     # replace, null deletes the key.
     manifest: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _addition(self) -> ComponentOverride:
+        if self.chart is not None:
+            refused = [f for f in ("version", "manifest", *self.shortcuts()) if getattr(self, f) is not None]
+            if refused:
+                raise ValueError(
+                    f"{refused[0]}: an added chart (chart) takes chart, namespace, releaseName, dependsOn, values, "
+                    "images, pullSecretPaths and state; set its version in chart.version, its settings in values"
+                )
+            if self.namespace is None:
+                raise ValueError("namespace: an added chart needs the namespace its release installs into")
+        else:
+            chart_only = [f for f in ("namespace", "releaseName") if getattr(self, f) is not None]
+            if chart_only:
+                raise ValueError(f"{chart_only[0]}: only an added chart (chart) takes it")
+        if self.dependsOn is not None and len(set(self.dependsOn)) != len(self.dependsOn):
+            raise ValueError("dependsOn: names a component more than once")
+        return self
+
+    def addition_fields(self) -> tuple[str, ...]:
+        """The fields given that only a document adding a component gives."""
+        return tuple(f for f in ADDITION_FIELDS if getattr(self, f) is not None)
 
     def shortcuts(self) -> tuple[str, ...]:
         """The value shortcuts this override uses (each needs declared value paths)."""
@@ -309,6 +389,20 @@ class Document:
 # (name, content digest, remembered) per document: what plans and statuses are cached by.
 Fingerprint = tuple[tuple[str, bytes, bool], ...]
 
+# Where the XR's status remembers the components documents added (function.overrides.memory).
+ADDED_FIELD = "status.stack.added"
+
+
+@dataclass(frozen=True)
+class RememberedAddition:
+    """A component a document added at the last reconcile, as ``status.stack.added`` remembers it."""
+
+    key: str
+    document: str  # the document whose entry defined it
+    state: State  # as planned then
+    over: ComponentOverride  # that entry, read
+    entry: dict[str, Any]  # that entry, as written
+
 
 @dataclass(frozen=True)
 class Collected:
@@ -320,10 +414,18 @@ class Collected:
     notes: tuple[str, ...] = ()  # Normal results
     unmatched: tuple[str, ...] = ()  # delivered, but their match excludes the XR
     policy: RegistryPolicy | None = None  # the function Input's spec.registry
+    # The components documents added at the last reconcile (ADDED_FIELD), and a digest of what it says.
+    additions: tuple[RememberedAddition, ...] = ()
+    additions_digest: bytes = b""
+    retired: frozenset[str] = frozenset()  # documents let go of now (tombstone, annotation): their additions leave
 
     @property
     def fingerprint(self) -> Fingerprint:
-        return tuple((d.name, d.digest, d.remembered) for d in self.documents)
+        documents = tuple((d.name, d.digest, d.remembered) for d in self.documents)
+        if not self.additions:
+            return documents
+        retired = tuple((f"retired:{name}", b"", True) for name in sorted(self.retired))
+        return (*documents, (ADDED_FIELD, self.additions_digest, True), *retired)
 
 
 # Parsed documents by serialized content: the same EnvironmentConfig arrives on

@@ -20,19 +20,33 @@ mirrors stay in force. Only an explicit statement lets go of it:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
+from pydantic import ValidationError
 
 from function import wire
 from function.cache import MIB, PYTHON_FACTOR, BoundedCache
-from function.errors import InputError
+from function.errors import InputError, describe
 from function.inputs import observed_map, plain_value
 from function.model import ServingStack
 
-from .document import DOCUMENT_KEY, Collected, Document, body_value, parsed_once, validate
+from .document import (
+    ADDED_FIELD,
+    DOCUMENT_KEY,
+    Collected,
+    ComponentOverride,
+    Document,
+    RememberedAddition,
+    body_value,
+    content_digest,
+    driver_key,
+    parsed_once,
+    validate,
+)
+from .planned import REMOVED, Added, State
 
 RETIRE_ANNOTATION = "servingstack.modelplane.ai/retired-environment-configs"
 # Where the memory lives in the XR's status (the XRD must declare it, or the
@@ -99,7 +113,7 @@ def observed_stack(req: fnv1.RunFunctionRequest, serialized: bytes | None = None
     return data
 
 
-Remembered = tuple[tuple[str, ...], Mapping[str, Document]]
+Remembered = tuple[tuple[str, ...], Mapping[str, Document], tuple[RememberedAddition, ...], bytes]
 
 # The memory read, by the status.stack that holds it: every reconcile of every
 # XR sends back the same status.stack its last response wrote, and reading it
@@ -112,18 +126,22 @@ _MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories", m
 
 
 def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Remembered:
-    """The documents applied at the last reconcile: their names in order, and the content remembered.
+    """The documents applied at the last reconcile: their names in order, and the content remembered; the
+    components documents had added then (``status.stack.added``) and a digest of them.
 
     ``observed``: :func:`observed_stack` of ``req``.
     """
     if observed is None:
-        return (), {}
+        return (), {}, (), b""
     hit = _MEMORIES.get(observed)
     if hit is not None:
         return hit
     names, documents = _read_memory(req)
+    additions, digest = _read_additions(req)
     # The key, and the documents held (kept parsed and as written, as parsed_once weighs them).
-    return _MEMORIES.put(observed, (tuple(names), documents), len(observed) * (1 + 2 * PYTHON_FACTOR))
+    return _MEMORIES.put(
+        observed, (tuple(names), documents, additions, digest), len(observed) * (1 + 2 * PYTHON_FACTOR)
+    )
 
 
 def _read_memory(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
@@ -139,6 +157,64 @@ def _read_memory(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Doc
             documents[doc.name] = doc
     names += [n for n in documents if n not in names]
     return names, documents
+
+
+_STATES: tuple[State, ...] = ("Managed", "Unmanaged", "Removed")
+
+
+def _read_additions(req: fnv1.RunFunctionRequest) -> tuple[tuple[RememberedAddition, ...], bytes]:
+    """The components documents added at the last reconcile (``status.stack.added``), and a digest of them."""
+    entries = _field(req.observed.composite.resource, "status", "stack", "added")
+    if entries is None or entries.WhichOneof("kind") != "list_value" or not entries.list_value.values:
+        _none_added(req)
+        return (), b""
+    out: list[RememberedAddition] = []
+    for i, value in enumerate(entries.list_value.values):
+        at = f"ServingStack {ADDED_FIELD}[{i}]"
+        entry = plain_value(value, "ServingStack", f"{ADDED_FIELD}[{i}]", 3)
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: must be a map")
+        key, document, state, body = (entry.get(f) for f in ("name", "document", "state", "component"))
+        if not (isinstance(key, str) and key and isinstance(document, str) and document and state in _STATES):
+            raise InputError(f"{at}: needs a name, a document, a state (Managed, Unmanaged, Removed) and a component")
+        if not isinstance(body, dict):
+            raise InputError(f"{at}.component: must be a map")
+        over = _addition(body, at)
+        out.append(RememberedAddition(key, document, state, over, body))
+    return tuple(out), content_digest(entries.SerializeToString(deterministic=True))
+
+
+def _none_added(req: fnv1.RunFunctionRequest) -> None:
+    """With no memory of added components, status.stack.components must name none on the cluster: else the
+    memory was pruned (an XRD that does not declare it), and rendering without it would delete them."""
+    listed = _field(req.observed.composite.resource, "status", "stack", "components")
+    for value in listed.list_value.values if listed is not None and listed.HasField("list_value") else ():
+        entry = value.struct_value.fields if value.HasField("struct_value") else {}
+        name, source, state, rendered = (entry.get(f) for f in ("name", "source", "state", "rendered"))
+        added = (
+            source is not None
+            and source.string_value.startswith("override:")
+            and name is not None
+            and not name.string_value.startswith(driver_key(""))
+        )
+        if added and ((state is not None and state.string_value != REMOVED) or (rendered and rendered.bool_value)):
+            raise InputError(
+                f"ServingStack status.stack.components lists {name.string_value if name else '?'}, which "
+                f"{source.string_value.removeprefix('override:') if source else '?'} added, and {ADDED_FIELD} "
+                "does not record it (pruned by an XRD that does not declare it); refusing to render without it, "
+                f"which would uninstall it: declare {ADDED_FIELD} as example/xrd.yaml does"
+            )
+
+
+def _addition(body: dict[str, Any], at: str) -> ComponentOverride:
+    """A remembered entry read as the document's was: it must still describe an added component."""
+    try:
+        over = ComponentOverride.model_validate(body)
+    except ValidationError as err:
+        raise InputError(describe(err, at, "component")) from None
+    if over.chart is None and over.manifest is None:
+        raise InputError(f"{at}.component: an added component's entry gives a chart or a manifest")
+    return over
 
 
 def retired_by_annotation(req: fnv1.RunFunctionRequest) -> set[str]:
@@ -167,7 +243,7 @@ def reconcile(
             f"annotation {RETIRE_ANNOTATION} names {label(name)}, which applies: the annotation has no effect "
             "on it; remove the name, or it would silently let go of the document the next time it goes missing"
         )
-    last, remembered = last_reconcile(req, observed)
+    last, remembered, additions, digest = last_reconcile(req, observed)
     for name in last:
         if name in applying:
             continue
@@ -195,7 +271,17 @@ def reconcile(
         applying[name] = kept
     ordered = sorted(applying.values(), key=lambda d: (d.doc.priority, d.name))
     unmatched = tuple(sorted(n for n, d in delivered.items() if n not in applying and not d.doc.retired))
-    return Collected(tuple(d.name for d in ordered), tuple(ordered), tuple(warnings), tuple(notes), unmatched)
+    retired = frozenset((tombstones | annotated) - applying.keys()) if additions else frozenset()
+    return Collected(
+        tuple(d.name for d in ordered),
+        tuple(ordered),
+        tuple(warnings),
+        tuple(notes),
+        unmatched,
+        additions=additions,
+        additions_digest=digest,
+        retired=retired,
+    )
 
 
 def entries(found: Collected) -> list[dict[str, Any]]:
@@ -217,3 +303,15 @@ def encoded_entries(found: Collected) -> list[bytes]:
         )
         for d in found.documents
     ]
+
+
+def kept(additions: Sequence[Added], present: Collection[str]) -> tuple[Added, ...]:
+    """The added components the next reconcile remembers: all but a Removed one no longer ``present``
+    (composed or observed). Until it is gone, its removal is ordered by what it depends on, which needs
+    its definition."""
+    return tuple(a for a in additions if a.state != REMOVED or a.key in present)
+
+
+def added_entries(additions: Sequence[Added]) -> list[dict[str, Any]]:
+    """``status.stack.added``: the ``kept`` added components, as the next reconcile reads them."""
+    return [{"name": a.key, "document": a.document, "state": a.state, "component": a.entry} for a in additions]

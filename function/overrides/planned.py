@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
-from function.stack import Component
+from function.stack import ChartRef, Component
 
 from .images import ImageSeen
 from .registry import Mirrors
@@ -30,6 +30,17 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class Added:
+    """A component a document added, as its defining entry wrote it: what ``status.stack.added`` remembers."""
+
+    key: str
+    document: str  # the document whose entry defines it (chart or manifest)
+    state: State  # as planned
+    entry: dict[str, Any]  # components.<key> of that document, as written
+    chart: ChartRef | None  # as the entry gives it, before any mirror rule
+
+
+@dataclass(frozen=True)
 class Plan:
     """Every component of one XR's stack as planned, and what planning has to tell the user."""
 
@@ -41,3 +52,4 @@ class Plan:
     # Every image reference of the managed components, after the mirrors; and the mirrors.
     images: tuple[ImageSeen, ...] = ()
     mirrors: Mirrors = field(default_factory=Mirrors)
+    added: tuple[Added, ...] = ()  # the components documents added, by key

@@ -48,12 +48,14 @@ def pulls(stack: Stack, found: Collected) -> list[Pull]:
         rule = None if source == f.ref else result.mirrors.images.match(name)
         # Unmoved, the reference as the kubelet resolves it (Docker Hub made explicit).
         out.append(Pull(REGISTRY if f.prefix else IMAGE, f.ref if rule else source, source, f.component, rule))
-    generated = {c.key: c.chart for c in stack.components if c.chart is not None}
+    # Each chart before any mirror rule: as generated, or as the document adding it gives it.
+    upstream_charts = {c.key: c.chart for c in stack.components if c.chart is not None}
+    upstream_charts.update((a.key, a.chart) for a in result.added if a.chart is not None)
     for p in result.planned:
         chart = p.component.chart
         if p.state != MANAGED or chart is None:
             continue
-        upstream = generated.get(p.component.key, chart)
+        upstream = upstream_charts.get(p.component.key, chart)
         out.append(
             Pull(
                 CHART,

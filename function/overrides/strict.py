@@ -84,6 +84,25 @@ def stack_hosts(stack: Stack) -> frozenset[str]:
     return frozenset(h for h in hosts if h)
 
 
+def _added_hosts(stack: Stack, components: Iterable[Component]) -> frozenset[str]:
+    """The hosts the components documents added pull from (their charts and declared images): a string naming
+    one is searched for as one naming a host of the stack is."""
+    own = stack_keys(stack)
+    hosts: set[str] = set()
+    for c in components:
+        if c.key not in own:
+            if c.chart is not None:
+                hosts.add(_host(c.chart.repository))
+            hosts.update(_image_hosts(c.values if c.is_release else c.manifest, c.images))
+    return frozenset(h for h in hosts if h)
+
+
+@cache
+def stack_keys(stack: Stack) -> frozenset[str]:
+    """The keys of the generated stack's components."""
+    return frozenset(c.key for c in stack.components)
+
+
 def _strings(
     node: Any, path: str, key: str = "", out: list[tuple[str, str, str]] | None = None
 ) -> list[tuple[str, str, str]]:
@@ -559,7 +578,7 @@ def enforce(
     sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
         _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
     }
-    hosts = stack_hosts(stack) | frozenset(sources)
+    hosts = stack_hosts(stack) | frozenset(sources) | _added_hosts(stack, components)
     generated, memo, seen = _read_generated(stack), Memo(), Seen()
     for component in components:
         repository = _repository(component)
