@@ -61,6 +61,13 @@ def releases(result: RenderResult) -> dict[str, dict[str, Any]]:
     return {k: v["spec"]["forProvider"] for k, v in desired(result).items() if v["kind"] == "Release"}
 
 
+def _installed(server: str, configs: list[dict[str, Any]]) -> Cluster:
+    cluster = Cluster(server, make_xr("GKE"))
+    for _ in range(3):
+        cluster.reconcile(*configs)
+    return cluster
+
+
 # ------------------------------------------------------------------ 1. addition
 
 
@@ -151,18 +158,19 @@ def test_a_later_document_changes_an_added_component() -> None:
     ],
 )
 def test_an_added_key_colliding_with_a_generated_one_is_fatal_naming_both(
-    key: str, entry: dict[str, Any], named: str
+    server: str, key: str, entry: dict[str, Any], named: str
 ) -> None:
-    message = fatal(make_xr("GKE"), team({key: entry}))
+    message = Cluster(server, make_xr("GKE")).refused(team({key: entry}))
     assert f"adds a component under the key {key}, which is the generated component {key}" in message
     assert named in message
 
 
-def test_a_release_name_taken_is_fatal_naming_both() -> None:
-    message = fatal(make_xr("GKE"), team({"team-agent": {**AGENT, "releaseName": "mp-cert-manager"}}))
+def test_a_release_name_taken_is_fatal_naming_both(server: str) -> None:
+    cluster = _installed(server, [])
+    message = cluster.refused(team({"team-agent": {**AGENT, "releaseName": "mp-cert-manager"}}))
     assert "components.team-agent: its Helm release name mp-cert-manager is also cert-manager's" in message
     twice = {"a-agent": AGENT, "b-agent": AGENT}
-    message = fatal(make_xr("GKE"), team(twice))
+    message = cluster.refused(team(twice))
     assert "components.b-agent: its Helm release name mp-team-agent is also a-agent's" in message
 
 
@@ -219,7 +227,8 @@ def _with_pod(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def test_strict_refuses_an_unmirrored_added_chart_and_image() -> None:
+def test_strict_refuses_an_unmirrored_added_chart_and_image(server: str) -> None:
+    cluster = _installed(server, [])
     strict_images_only = {
         "registry": {
             "images": [{"from": "*", "to": "mirror.example.com/hub"}],
@@ -227,16 +236,16 @@ def test_strict_refuses_an_unmirrored_added_chart_and_image() -> None:
             "allowedRegistries": ["mirror.example.com"],
         }
     }
-    message = fatal(make_xr("GKE"), team({"team-agent": AGENT}, **strict_images_only))
+    message = cluster.refused(team({"team-agent": AGENT}, **strict_images_only))
     assert "team-agent chart: oci://registry.team.example/charts" in message
     # An image string the document did not declare is found and refused all the same.
     sneaky = copy.deepcopy(AGENT)
     sneaky["values"]["sidecar"] = {"image": "quay.io/team/sidecar:1.0"}
-    message = fatal(make_xr("GKE"), team({"team-agent": sneaky}, **mirror_all()))
+    message = cluster.refused(team({"team-agent": sneaky}, **mirror_all()))
     assert "team-agent spec.forProvider.values.sidecar.image: quay.io/team/sidecar:1.0" in message
     # And an added chart that does not say which images it runs cannot be vouched for.
     undeclared = {k: v for k, v in AGENT.items() if k != "images"}
-    message = fatal(make_xr("GKE"), team({"team-agent": undeclared}, **mirror_all()))
+    message = cluster.refused(team({"team-agent": undeclared}, **mirror_all()))
     assert "components.team-agent.images: registry.strict" in message
 
 
@@ -287,13 +296,6 @@ def test_a_pruned_memory_of_additions_is_fatal() -> None:
 
 
 # ------------------------------------------------------------------ 5. explicit removal, in order
-
-
-def _installed(server: str, configs: list[dict[str, Any]]) -> Cluster:
-    cluster = Cluster(server, make_xr("GKE"))
-    for _ in range(3):
-        cluster.reconcile(*configs)
-    return cluster
 
 
 CHAIN = {"team-agent": AGENT, "team-agent-policy": POLICY}
@@ -390,10 +392,13 @@ def test_serving_pool_replaces_leader_worker_set_with_the_teams_operator(server:
     assert "usage-cert-manager-by-team-serving-operator" in cluster.observed
 
 
-def test_serving_pool_is_refused_while_a_component_still_depends_on_what_it_removes() -> None:
+def test_serving_pool_is_refused_while_a_component_still_depends_on_what_it_removes(server: str) -> None:
+    cluster = Cluster(server, POOL_XR)
+    for _ in range(3):
+        cluster.reconcile(SERVING_POOL)
     pool = copy.deepcopy(SERVING_POOL)
     pool["data"]["servingStack"]["components"]["cert-manager"] = {"state": "Removed"}
-    message = fatal(POOL_XR, pool)
+    message = cluster.refused(pool)
     assert "components.cert-manager.state: Removed is refused while components that depend on cert-manager" in message
     assert "gpu-operator (Managed)" in message and "team-serving-operator (Managed)" in message
 

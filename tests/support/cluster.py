@@ -24,7 +24,7 @@ from typing import Any
 
 from crossplane.function import resource
 
-from function.offline import RenderResult, run_pipeline
+from function.offline import RenderError, RenderResult, run_pipeline
 from tests.support.crossplane import desired, grpc_runner
 from tests.support.xr import observed_as
 
@@ -98,6 +98,16 @@ class Cluster:
         self.problems += problems
         self.xr["status"] = resource.struct_to_dict(result.desired.composite.resource)["status"]
         return result
+
+    def refused(self, *configs: dict[str, Any]) -> str:
+        """The Fatal message a reconcile with ``configs`` gives; the cluster and the XR are left as they were."""
+        before = copy.deepcopy((self.observed, self.xr))
+        try:
+            self.reconcile(*configs)
+        except RenderError as err:
+            assert (self.observed, self.xr) == before
+            return str(err)
+        raise AssertionError("the reconcile was not refused")
 
     def converge(self, *configs: dict[str, Any]) -> list[list[str]]:
         """Reconcile until nothing changes; what left the cluster at each step."""
