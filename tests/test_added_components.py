@@ -316,6 +316,15 @@ def test_removed_additions_leave_in_dependency_order(server: str) -> None:
     assert "team-agent" not in cluster.observed
 
 
+def test_an_entry_shrunk_to_removed_takes_the_remembered_addition_out(server: str) -> None:
+    cluster = _installed(server, [team(CHAIN)])
+    departures = cluster.converge(team({k: {"state": "Removed"} for k in CHAIN}))
+    assert cluster.problems == []
+    order = {k: i for i, step in enumerate(departures) for k in step}
+    assert order["team-agent-policy"] < order["team-agent"]
+    assert not {"team-agent", "team-agent-policy"} & set(cluster.observed)
+
+
 def test_removing_an_addition_under_one_that_stays_is_refused(server: str) -> None:
     cluster = _installed(server, [team(CHAIN)])
     with pytest.raises(RenderError, match=r"components\.team-agent\.state: Removed is refused while components"):
@@ -365,6 +374,7 @@ def test_byo_issuer_substitutes_cert_manager_on_a_byo_cluster(server: str) -> No
     assert not [k for k in got if k.startswith("usage-") and "team-issuer" in k and k != "usage-pc-team-issuer"]
     listed = {c["name"]: c["state"] for c in stack_status(result)["components"]}
     assert listed["cert-manager"] == "Unmanaged" and listed["team-issuer"] == "Managed"
+    assert k8s_schema.validate_documents(render_documents(result)[1:], require_covered=True) == []
 
 
 def test_byo_issuer_holds_a_cert_manager_the_function_installed(server: str) -> None:
@@ -390,6 +400,8 @@ def test_serving_pool_replaces_leader_worker_set_with_the_teams_operator(server:
     body = cluster.observed["team-serving-operator"]
     assert body["metadata"]["annotations"]["crossplane.io/external-name"] == "team-serving"
     assert "usage-cert-manager-by-team-serving-operator" in cluster.observed
+    rendered = render_documents(cluster.reconcile(SERVING_POOL))[1:]
+    assert k8s_schema.validate_documents(rendered, require_covered=True) == []
 
 
 def test_serving_pool_is_refused_while_a_component_still_depends_on_what_it_removes(server: str) -> None:
