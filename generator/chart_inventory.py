@@ -25,7 +25,7 @@ a parity test regenerates them where the sources exist.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +36,101 @@ from function.values import deep_merge
 #: ``<chart>-<version>`` folder names; the version is the release the sources were read at.
 _FOLDER = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)$")
 
-#: Placeholders some charts keep in git and fill at release. Only those whose
-#: release value is a recorded fact are filled; any other stays as written.
-#: gateway-helm v1.8.1 ``values.tmpl.yaml``: the release sets ``${GatewayImage}``
-#: to the gateway image of the same tag (envoyproxy/gateway tools/make/helm.mk,
-#: ``helm-generate``: envsubst over ``values.tmpl.yaml``).
-_RELEASE_FILLS: dict[str, dict[str, str]] = {
-    "gateway-helm-v1.8.1": {"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1"},
+
+@dataclass(frozen=True)
+class Release:
+    """What a chart's release script changes over its git sources, and where that script is."""
+
+    why: str  # the script (repository file at the tag) that does it
+    chart: dict[str, str] = field(default_factory=dict)  # Chart.yaml fields set (version, appVersion)
+    fills: dict[str, str] = field(default_factory=dict)  # placeholder -> value, in the values file
+    values: dict[str, Any] = field(default_factory=dict)  # values set over values.yaml
+
+    def apply(self, chart_dir: Path) -> None:
+        """Make the git sources in ``chart_dir`` the published chart (Chart.yaml and values.yaml rewritten)."""
+        if self.chart:
+            meta = chart_dir / "Chart.yaml"
+            data = yaml.safe_load(meta.read_text()) or {}
+            meta.write_text(yaml.safe_dump({**data, **self.chart}, sort_keys=False, width=1000))
+        if self.fills or self.values:
+            file = chart_dir / "values.yaml"
+            text = file.read_text()
+            for placeholder, value in self.fills.items():
+                text = text.replace(placeholder, value)
+            if self.values:
+                merged = deep_merge(yaml.safe_load(text) or {}, self.values)
+                text = yaml.safe_dump(merged, sort_keys=False, width=1000)
+            file.write_text(text)
+
+    def record(self) -> dict[str, Any]:
+        return {k: v for k, v in (("chart", self.chart), ("fills", self.fills), ("values", self.values)) if v} | {
+            "by": self.why
+        }
+
+
+def _versions(version: str, app_version: str | None = None) -> dict[str, str]:
+    return {"version": version, "appVersion": app_version or version}
+
+
+#: The release-time fills of the pinned charts, by source folder. Only a recorded fact is filled.
+RELEASES: dict[str, Release] = {
+    "cert-manager-v1.17.2": Release(
+        why="cert-manager/cert-manager v1.17.2 make/_shared/helm/helm.mk (helm-chart: Chart.template.yaml, "
+        "version and appVersion set to the release tag)",
+        chart=_versions("v1.17.2"),
+    ),
+    "gateway-helm-v1.8.1": Release(
+        why="envoyproxy/gateway v1.8.1 tools/make/helm.mk (helm-generate: envsubst of values.tmpl.yaml with "
+        "GatewayImage; helm-package --version/--app-version from the tag)",
+        chart=_versions("v1.8.1"),
+        fills={"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1"},
+    ),
+    "ai-gateway-helm-v0.7.0": Release(
+        why="envoyproxy/ai-gateway v0.7.0 Makefile (helm-package: --version and --app-version from the tag)",
+        chart=_versions("v0.7.0"),
+    ),
+    "ai-gateway-crds-helm-v0.7.0": Release(
+        why="envoyproxy/ai-gateway v0.7.0 Makefile (helm-package: --version and --app-version from the tag)",
+        chart=_versions("v0.7.0"),
+    ),
+    "gpu-operator-v25.10.1": Release(
+        why="NVIDIA/gpu-operator v25.10.1 release workflow (helm package --version and --app-version from the tag)",
+        chart=_versions("v25.10.1"),
+    ),
+    "lws-v0.8.0": Release(
+        why="kubernetes-sigs/lws v0.8.0 hack/push-chart.sh (chart version and appVersion from the tag; "
+        "image.manager.tag set to it; git says main)",
+        chart=_versions("v0.8.0"),
+        values={"image": {"manager": {"tag": "v0.8.0"}}},
+    ),
+    "node-feature-discovery-0.18.3": Release(
+        why="kubernetes-sigs/node-feature-discovery v0.18.3 hack/helm-package (chart version from the tag "
+        "without its v; appVersion the tag)",
+        chart=_versions("0.18.3", "v0.18.3"),
+    ),
+    "grove-charts-v0.1.0-alpha.6": Release(
+        why="ai-dynamo/grove v0.1.0-alpha.6 release workflow (helm package --version and --app-version from the tag)",
+        chart=_versions("v0.1.0-alpha.6"),
+    ),
+    "kai-scheduler-v0.16.8": Release(
+        why="kai-scheduler/KAI-Scheduler v0.16.8 release workflow (helm package --version and --app-version "
+        "from the tag)",
+        chart=_versions("v0.16.8"),
+    ),
+    "kai-scheduler-v0.13.0": Release(
+        why="NVIDIA/KAI-Scheduler v0.13.0 release workflow (helm package --version and --app-version from the tag)",
+        chart=_versions("v0.13.0"),
+    ),
 }
 
-#: Values a release script sets in the published chart over what git holds.
-#: lws v0.8.0: git says ``image.manager.tag: main``; the release sets the
-#: manager image to ``registry.k8s.io/lws/lws:v0.8.0`` (kubernetes-sigs/lws v0.8.0 ``hack/push-chart.sh``).
-_RELEASE_VALUES: dict[str, dict[str, Any]] = {
-    "lws-v0.8.0": {"image": {"manager": {"tag": "v0.8.0"}}},
-}
+
+def folder_version(folder: Path) -> str:
+    """The release a ``<chart>-<version>`` source folder was read at."""
+    match = _FOLDER.match(folder.name)
+    if match is None:
+        raise InventoryError(f"{folder}: folder name is not <chart>-<version>")
+    return match.group("version")
+
 
 #: Keys of a map that make it an image: charts split a reference into these.
 _IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "digest", "sha")
@@ -88,10 +168,11 @@ class ChartSource:
             file = self.path / name
             if file.is_file():
                 text = file.read_text()
-                for placeholder, value in _RELEASE_FILLS.get(self.folder, {}).items():
+                release = RELEASES.get(self.folder, Release(why=""))
+                for placeholder, value in release.fills.items():
                     text = text.replace(placeholder, value)
                 data = yaml.safe_load(text)
-                return deep_merge(data if isinstance(data, dict) else {}, _RELEASE_VALUES.get(self.folder, {}))
+                return deep_merge(data if isinstance(data, dict) else {}, release.values)
         return {}
 
     def template_values(self) -> set[str]:
@@ -151,7 +232,7 @@ def _names_an_image(key: str, value: str) -> bool:
     return lowered.endswith("image") or any(c in value for c in "/:")
 
 
-def _dependency_source(source: ChartSource, dep: dict[str, Any], charts_dir: Path) -> ChartSource | None:
+def dependency_source(source: ChartSource, dep: dict[str, Any], charts_dir: Path) -> ChartSource | None:
     """Where a dependency's sources are: vendored under ``charts/``, or a sibling folder at its version."""
     name = str(dep.get("name", ""))
     vendored = source.path / "charts" / name
@@ -172,7 +253,7 @@ def _collect(source: ChartSource, charts_dir: Path) -> tuple[dict[str, Any], lis
     for dep in source.chart_yaml().get("dependencies") or []:
         key = str(dep.get("alias") or dep["name"])
         record = {k: str(dep[k]) for k in ("name", "alias", "version", "condition") if dep.get(k) is not None}
-        found = _dependency_source(source, dep, charts_dir)
+        found = dependency_source(source, dep, charts_dir)
         record["sources"] = found.folder if found else "not in the chart sources"
         deps.append(record)
         if found is None:
@@ -197,10 +278,8 @@ def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
         # Filled by the release tool (cert-manager's Chart.template.yaml): the release's own version.
         app_version = match.group("version")
     origin = (folder / "SOURCE").read_text().strip() if (folder / "SOURCE").is_file() else ""
-    release = {
-        "fills": _RELEASE_FILLS.get(folder.name, {}),
-        "values": _RELEASE_VALUES.get(folder.name, {}),
-    }
+    published = RELEASES.get(folder.name, Release(why=""))
+    release = {"fills": published.fills, "values": published.values}
     return {
         "chart": str(meta.get("name") or match.group("chart")),
         "version": match.group("version"),

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
     ("model", frozenset({"function.model", "function.inputs", "function.xr", "function.legacy"})),
-    ("stack", frozenset({"function.stack", "function.bodies", "function.generated"})),
+    ("stack", frozenset({"function.stack", "function.bodies", "function.helm", "function.generated"})),
     (
         "plan",
         frozenset(
