@@ -4,10 +4,11 @@ Crossplane v2 makes the namespace the unit of tenancy: whoever may write a
 ServingStack in a namespace must reach, through the ProviderConfigs the
 function composes, only what that namespace holds. Both providers run with
 the right to read Secrets in every namespace, and read them where the
-ProviderConfig says: provider-kubernetes both secrets (pkg/kube/client/
-client.go, CommonCredentialExtractor), provider-helm the identity, while it
-reads the kubeconfig from its Release's namespace whatever the ProviderConfig
-says (pkg/clients/helm/helm.go, enrichLocalSecretRefs). So:
+ProviderConfig says (provider-kubernetes pkg/kube/client/client.go,
+CommonCredentialExtractor), but for provider-helm's kubeconfig, which it reads
+from its Release's namespace whatever the ProviderConfig says
+(pkg/clients/helm/helm.go, enrichLocalSecretRefs): a stack split over two
+clusters. So:
 
 * the Kubeconfig comes from the ServingStack's own namespace, always;
 * a cloud identity comes from its own namespace or from one the

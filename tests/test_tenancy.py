@@ -19,6 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from crossplane.function import resource
+from hypothesis import given
+from hypothesis import strategies as st
 
 from function import stack
 from function.compose import provider_config_name
@@ -30,6 +33,7 @@ from tests.support.crossplane import desired, grpc_runner
 from tests.support.legacy import EKS, GKE, NEBIUS, V031
 from tests.support.overrides import INPUT_CRD, bank, ec
 from tests.support.repo import EXAMPLE, load_docs
+from tests.support.requests import assert_readable, request, run
 from tests.support.serve import Invoke
 from tests.support.xr import make_xr, provider_configs
 
@@ -174,6 +178,7 @@ def _with_cloud(xr: dict[str, Any], cloud: str) -> dict[str, Any]:
 @pytest.mark.parametrize("xr", [NEBIUS, _with_cloud(NEBIUS, "Nebius")], ids=["as v0.3.1 wrote it", "cloud set"])
 def test_v031_nebius_serving_stacks_render_under_the_shipped_composition(server: str, xr: dict[str, Any]) -> None:
     result = _under_the_shipped_composition(server, xr)
+    assert resource.struct_to_dict(result.desired.composite.resource)["status"]["stack"]["id"] == "nebius-nvidia"
     got = desired(result)
     assert "gateway" in got and "dra-driver" in got
     nebius = V031["secrets"]["nebiusIdentity"]
@@ -425,3 +430,50 @@ def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
         if step.endswith("[]"):
             node = node["items"]
     return node
+
+
+# --------------------------------------------------------------------------- #
+# Whatever the secrets and the policy, what renders stays within them
+# --------------------------------------------------------------------------- #
+
+NAMESPACES = st.sampled_from([None, "", OWN, "team-finance", "crossplane-system", "Team-ML", "x" * 200])
+POLICIES = st.one_of(
+    st.none(), st.lists(st.sampled_from([OWN, "team-finance", "crossplane-system"]), max_size=3).map(tuple)
+)
+
+
+@given(
+    kubeconfig_namespace=NAMESPACES,
+    identity_namespace=NAMESPACES,
+    identity=st.booleans(),
+    allowed=POLICIES,
+    xr_namespace=st.sampled_from([OWN, "team-finance"]),
+)
+def test_whatever_the_secrets_say_the_provider_configs_stay_within_the_allowed_namespaces(
+    kubeconfig_namespace: str | None,
+    identity_namespace: str | None,
+    identity: bool,
+    allowed: tuple[str, ...] | None,
+    xr_namespace: str,
+) -> None:
+    secrets = [{**KUBECONFIG, "namespace": kubeconfig_namespace}]
+    if identity:
+        secrets.append({**IDENTITY, "namespace": identity_namespace})
+    xr = xr_with(*secrets)
+    xr["metadata"]["namespace"] = xr_namespace
+    rsp = run(request(xr, input=allowing(*allowed) if allowed is not None else None))
+    message = assert_readable(rsp)  # a bounded Fatal, or a render
+    refs = [
+        resource.struct_to_dict(rsp.desired.resources[key].resource)["spec"]
+        for key in PCS
+        if key in rsp.desired.resources
+    ]
+    kubeconfig_ok = kubeconfig_namespace in (None, "", xr_namespace)
+    identity_ok = not identity or identity_namespace in (None, "", xr_namespace, *(allowed or ()))
+    assert (message is None) == (kubeconfig_ok and identity_ok), message
+    for spec in refs:
+        assert spec["credentials"]["secretRef"]["namespace"] == xr_namespace
+        if identity:
+            assert spec["identity"]["secretRef"]["namespace"] in (xr_namespace, *(allowed or ()))
+    if message is not None:
+        assert "spec.secrets[" in message and ("Kubeconfig" in message) == (not kubeconfig_ok)
