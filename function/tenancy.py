@@ -57,7 +57,7 @@ def check_secrets(xr: ServingStack, name: str, policy: SecretsPolicy | None) -> 
         if secret.type == KUBECONFIG:
             raise InputError(
                 f"{entry}: a Kubeconfig is read from {home} only, so that a ServingStack reaches no other "
-                f"team's cluster; remove the namespace and keep the Secret beside the ServingStack "
+                "team's cluster; remove the namespace and keep the Secret beside the ServingStack "
                 "(nothing is rendered; Crossplane keeps the last applied state)"
             )
         allowed = (
