@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
-    ("model", frozenset({"function.model", "function.inputs", "function.xr", "function.legacy"})),
+    ("model", frozenset({"function.model", "function.inputs", "function.xr", "function.legacy", "function.tenancy"})),
     ("stack", frozenset({"function.stack", "function.bodies", "function.helm", "function.generated"})),
     (
         "plan",
