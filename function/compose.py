@@ -464,6 +464,7 @@ class _Fills(dict[str, bytes]):
         super().__init__({PC_NAME_FILL: string_value(provider_config_name(xr))})
         kubeconfig = xr.spec.kubeconfig()
         assert kubeconfig is not None, "checked before rendering"
+        # Their namespaces are within the XR's reach: function.tenancy checked them before rendering.
         for prefix, secret in ((KUBECONFIG_FILL, kubeconfig), (IDENTITY_FILL, xr.spec.identity())):
             if secret is not None:
                 self[f"{prefix}.name"] = string_value(secret.name)

@@ -13,12 +13,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf.message import DecodeError
 
-from function import events, legacy, overrides, requestlog, wire
+from function import events, legacy, overrides, requestlog, tenancy, wire
 from function.cache import MIB, BoundedCache
 from function.compose import Observed, renderer
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
+from function.overrides.collect import secrets_policy
 from function.stack import select_stack
 from function.status import StackStatus, converted_stack_status
 from function.transforms import Transform, apply_transforms
@@ -45,6 +46,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         check_request(req, serialized)
         rsp = _response_to(req)
         xr, name, cloud_given = observed_xr(req.observed.composite.resource, serialized)
+        # Before anything is asked for or rendered: a secret outside the XR's reach renders nothing.
+        tenancy.check_secrets(xr, name, secrets_policy(req))
         chosen = select_stack(xr)
         legacy_notes = legacy.notes(xr, cloud_given, chosen.id, chosen.driver_root, name)
         observed_stack = memory.observed_stack(req, serialized)

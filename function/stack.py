@@ -81,6 +81,10 @@ class PdbPaths:
     enabled: str | None = None
     min_available: str | None = None
     max_unavailable: str | None = None
+    # The budget paths whose key the chart's own values hold (the generator reads them in
+    # facts/charts/): a null written there deletes the chart's default, a null written
+    # anywhere else stays in the values (helm coalesceValues) and reaches the template.
+    defaulted: tuple[str, ...] = ()
 
     def paths(self) -> tuple[str, ...]:
         """The value paths it declares."""

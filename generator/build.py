@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def _topological(components: dict[str, Component]) -> list[str]:
     return order
 
 
-def _chart_facts(chart: ChartRef, charts: Charts, key: str) -> dict[str, Any]:
+def _chart_facts(chart: ChartRef, charts: Charts, key: str, facts_dir: Path) -> dict[str, Any]:
     """Where the chart takes images, replicas, resources, budgets and pull secrets: Component fields by name."""
     facts: ChartFacts | None = charts.charts.get(chart.name)
     if facts is None:
@@ -69,6 +69,13 @@ def _chart_facts(chart: ChartRef, charts: Charts, key: str) -> dict[str, Any]:
             f"stacks/charts.yaml describes {facts.version} from {facts.chartRepository}: re-check its value paths"
         )
     pdbs = [facts.podDisruptionBudget] if facts.podDisruptionBudget else []
+    budgets = (*pdbs, *facts.extraPodDisruptionBudgets)
+    if budgets:
+        defaults = _chart_defaults(chart, facts_dir)
+        budgets = tuple(
+            replace(b, defaulted=tuple(p for p in (b.min_available, b.max_unavailable) if p and _holds(defaults, p)))
+            for b in budgets
+        )
     return {
         "images": tuple(facts.images),
         "replicas": tuple(facts.replicas),
@@ -77,8 +84,25 @@ def _chart_facts(chart: ChartRef, charts: Charts, key: str) -> dict[str, Any]:
         "pull_secret_name_list_paths": tuple(facts.pullSecretNameListPaths),
         "pull_secret_name_paths": tuple(facts.pullSecretNamePaths),
         "pull_secret_ref_paths": tuple(facts.pullSecretRefPaths),
-        "pod_disruption_budgets": (*pdbs, *facts.extraPodDisruptionBudgets),
+        "pod_disruption_budgets": budgets,
     }
+
+
+def _chart_defaults(chart: ChartRef, facts_dir: Path) -> dict[str, Any]:
+    """The chart's default values with its subcharts', as its inventory records them (facts/charts/)."""
+    path = facts_dir / "charts" / f"{chart.name}-{chart.version}.yaml"
+    if not path.is_file():
+        raise StackFileError(f"chart {chart.name} {chart.version}: no inventory {path.name} in facts/charts")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    values: dict[str, Any] = yaml.load(path.read_text(), Loader=loader)["values"]
+    return values
+
+
+def _holds(values: dict[str, Any], path: str) -> bool:
+    """Whether the key at ``path`` is in ``values`` (whatever it holds, null included)."""
+    parent, _, leaf = path.rpartition(".")
+    node = get_path(values, parent) if parent else values
+    return isinstance(node, dict) and leaf in node
 
 
 def _strip(doc: dict[str, Any], paths: list[str]) -> dict[str, Any]:
@@ -176,7 +200,7 @@ def _expand(
         values=values,
         depends_on=tuple(sorted(set(depends))),
         finalized_by_dependencies=spec.finalizedByDependencies,
-        **_chart_facts(chart, charts, key),
+        **_chart_facts(chart, charts, key, facts),
     )
     return [release, *extra]
 

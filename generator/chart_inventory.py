@@ -25,7 +25,7 @@ a parity test regenerates them where the sources exist.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,21 +36,135 @@ from function.values import deep_merge
 #: ``<chart>-<version>`` folder names; the version is the release the sources were read at.
 _FOLDER = re.compile(r"^(?P<chart>.+?)-(?P<version>v?\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?)$")
 
-#: Placeholders some charts keep in git and fill at release. Only those whose
-#: release value is a recorded fact are filled; any other stays as written.
-#: gateway-helm v1.8.1 ``values.tmpl.yaml``: the release sets ``${GatewayImage}``
-#: to the gateway image of the same tag (envoyproxy/gateway tools/make/helm.mk,
-#: ``helm-generate``: envsubst over ``values.tmpl.yaml``).
-_RELEASE_FILLS: dict[str, dict[str, str]] = {
-    "gateway-helm-v1.8.1": {"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1"},
+
+@dataclass(frozen=True)
+class Release:
+    """What a chart's release script changes over its git sources, and where that script is."""
+
+    why: str  # the script (repository file:lines at the tag) that does it
+    chart: dict[str, str] = field(default_factory=dict)  # Chart.yaml fields set (version, appVersion)
+    fills: dict[str, str] = field(default_factory=dict)  # placeholder -> value, in the values file
+    # sed-style substitutions over the values file's lines (pattern -> replacement), in order.
+    seds: tuple[tuple[str, str], ...] = ()
+    values: dict[str, Any] = field(default_factory=dict)  # values set over values.yaml
+    # What the release adds from outside the chart folder, which the reference sources lack: the
+    # packaged chart is without it, and says so in facts/helm/SOURCES.yaml.
+    missing: str = ""
+
+    def values_text(self, text: str) -> str:
+        """The published values file's text, from the text git holds."""
+        for placeholder, value in self.fills.items():
+            text = text.replace(placeholder, value)
+        for pattern, replacement in self.seds:
+            text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
+        return text
+
+    def apply(self, chart_dir: Path) -> None:
+        """Make the git sources in ``chart_dir`` the published chart (Chart.yaml and values.yaml rewritten)."""
+        if self.chart:
+            meta = chart_dir / "Chart.yaml"
+            data = yaml.safe_load(meta.read_text()) or {}
+            meta.write_text(yaml.safe_dump({**data, **self.chart}, sort_keys=False, width=1000))
+        if self.fills or self.seds or self.values:
+            file = chart_dir / "values.yaml"
+            text = self.values_text(file.read_text())
+            if self.values:
+                merged = deep_merge(yaml.safe_load(text) or {}, self.values)
+                text = yaml.safe_dump(merged, sort_keys=False, width=1000)
+            file.write_text(text)
+
+    def record(self) -> dict[str, Any]:
+        parts = (("chart", self.chart), ("fills", self.fills), ("seds", [list(s) for s in self.seds]))
+        return {
+            **{k: v for k, v in (*parts, ("values", self.values), ("missing", self.missing)) if v},
+            "by": self.why,
+        }
+
+
+def _versions(version: str, app_version: str | None = None) -> dict[str, str]:
+    return {"version": version, "appVersion": app_version or version}
+
+
+#: The release-time fills of the pinned charts, by source folder, each read in the chart's own
+#: repository at the pinned tag. Charts whose git sources are what is published (kube-prometheus-stack
+#: and its subcharts, nvidia-dra-driver-gpu 25.12.0, the AMD folder: its published package) have none.
+RELEASES: dict[str, Release] = {
+    "cert-manager-v1.17.2": Release(
+        why="cert-manager/cert-manager v1.17.2 make/manifests.mk:119-126 (Chart.yaml from Chart.template.yaml by "
+        "yq), :89-90 (helm package --version/--app-version $(VERSION), git describe: v1.17.2)",
+        chart=_versions("v1.17.2"),
+        missing="templates/crds.yaml: the release concatenates deploy/crds/*.yaml (six CRDs, rendered when "
+        "crds.enabled) into it (make/manifests.mk:15,107-108); the reference sources hold the chart folder only",
+    ),
+    "gateway-helm-v1.8.1": Release(
+        why="envoyproxy/gateway v1.8.1 tools/make/helm.mk:50-57 (envsubst of values.tmpl.yaml), :24-27 (helm "
+        "package --version/--app-version), .github/workflows/release.yaml:128-129 (IMAGE, TAG, IMAGE_PULL_POLICY)",
+        chart=_versions("v1.8.1"),
+        fills={"${GatewayImage}": "docker.io/envoyproxy/gateway:v1.8.1", "${GatewayImagePullPolicy}": "IfNotPresent"},
+    ),
+    "ai-gateway-helm-v0.7.0": Release(
+        why="envoyproxy/ai-gateway v0.7.0 Makefile:366-369 (helm package --version/--app-version from the tag), "
+        ".github/workflows/release.yaml:20-25",
+        chart=_versions("v0.7.0"),
+    ),
+    "ai-gateway-crds-helm-v0.7.0": Release(
+        why="envoyproxy/ai-gateway v0.7.0 Makefile:366-369 (helm package --version/--app-version from the tag)",
+        chart=_versions("v0.7.0"),
+    ),
+    "gpu-operator-v25.10.1": Release(
+        why="NVIDIA/gpu-operator: packaged by hand (gh-pages RELEASE.md); the published "
+        "gh-pages stable/gpu-operator-v25.10.1.tgz differs from git only in Chart.yaml's version and appVersion",
+        chart=_versions("v25.10.1"),
+    ),
+    "lws-v0.8.0": Release(
+        why="kubernetes-sigs/lws v0.8.0 hack/push-chart.sh:37-43 (chart version = the tag), :49 (yq: "
+        "image.manager repository, tag, pullPolicy), :51 (helm package --version/--app-version)",
+        chart=_versions("v0.8.0"),
+        values={
+            "image": {
+                "manager": {"repository": "registry.k8s.io/lws/lws", "tag": "v0.8.0", "pullPolicy": "IfNotPresent"}
+            }
+        },
+    ),
+    "node-feature-discovery-0.18.3": Release(
+        why="kubernetes-sigs/node-feature-discovery v0.18.3 hack/prepare-release.sh:97,156 (helm package "
+        "--version: the release without its v; appVersion patched before the tag, :136-141)",
+        chart=_versions("0.18.3", "v0.18.3"),
+    ),
+    "grove-charts-v0.1.0-alpha.6": Release(
+        why="ai-dynamo/grove v0.1.0-alpha.6 .github/workflows/push-artifacts.yaml:70 (registry "
+        "ghcr.io/ai-dynamo/grove), :83-86 (sed over values.yaml; helm package --version/--app-version = the tag)",
+        chart=_versions("v0.1.0-alpha.6"),
+        seds=(
+            ("repository: grove-operator", "repository: ghcr.io/ai-dynamo/grove/grove-operator"),
+            ("tag:.*", "tag: v0.1.0-alpha.6"),
+            ("value: grove-initc", "value: ghcr.io/ai-dynamo/grove/grove-initc"),
+        ),
+        missing="crds/: the release copies the five Grove CRDs into it (operator/hack/prepare-charts.sh, "
+        "push-artifacts.yaml:78-80); the reference sources hold the chart folder only",
+    ),
+    "kai-scheduler-v0.16.8": Release(
+        why="kai-scheduler/KAI-Scheduler v0.16.8 .github/workflows/on-release.yaml:12 (DOCKER_REGISTRY), :31, "
+        ":65-66 (sed of global.registry; helm package --version/--app-version = the tag)",
+        chart=_versions("v0.16.8"),
+        fills={"registry/local/kai-scheduler": "ghcr.io/kai-scheduler/kai-scheduler"},
+    ),
+    "kai-scheduler-v0.13.0": Release(
+        why="kai-scheduler/KAI-Scheduler v0.13.0 .github/workflows/on-release.yaml:11,23,37-38 (sed of "
+        "global.registry; helm package --version/--app-version = the tag)",
+        chart=_versions("v0.13.0"),
+        fills={"registry/local/kai-scheduler": "ghcr.io/nvidia/kai-scheduler"},
+    ),
 }
 
-#: Values a release script sets in the published chart over what git holds.
-#: lws v0.8.0: git says ``image.manager.tag: main``; the release sets the
-#: manager image to ``registry.k8s.io/lws/lws:v0.8.0`` (kubernetes-sigs/lws v0.8.0 ``hack/push-chart.sh``).
-_RELEASE_VALUES: dict[str, dict[str, Any]] = {
-    "lws-v0.8.0": {"image": {"manager": {"tag": "v0.8.0"}}},
-}
+
+def folder_version(folder: Path) -> str:
+    """The release a ``<chart>-<version>`` source folder was read at."""
+    match = _FOLDER.match(folder.name)
+    if match is None:
+        raise InventoryError(f"{folder}: folder name is not <chart>-<version>")
+    return match.group("version")
+
 
 #: Keys of a map that make it an image: charts split a reference into these.
 _IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "digest", "sha")
@@ -87,11 +201,9 @@ class ChartSource:
         for name in ("values.yaml", "values.tmpl.yaml"):
             file = self.path / name
             if file.is_file():
-                text = file.read_text()
-                for placeholder, value in _RELEASE_FILLS.get(self.folder, {}).items():
-                    text = text.replace(placeholder, value)
-                data = yaml.safe_load(text)
-                return deep_merge(data if isinstance(data, dict) else {}, _RELEASE_VALUES.get(self.folder, {}))
+                release = RELEASES.get(self.folder, Release(why=""))
+                data = yaml.safe_load(release.values_text(file.read_text()))
+                return deep_merge(data if isinstance(data, dict) else {}, release.values)
         return {}
 
     def template_values(self) -> set[str]:
@@ -151,7 +263,7 @@ def _names_an_image(key: str, value: str) -> bool:
     return lowered.endswith("image") or any(c in value for c in "/:")
 
 
-def _dependency_source(source: ChartSource, dep: dict[str, Any], charts_dir: Path) -> ChartSource | None:
+def dependency_source(source: ChartSource, dep: dict[str, Any], charts_dir: Path) -> ChartSource | None:
     """Where a dependency's sources are: vendored under ``charts/``, or a sibling folder at its version."""
     name = str(dep.get("name", ""))
     vendored = source.path / "charts" / name
@@ -172,7 +284,7 @@ def _collect(source: ChartSource, charts_dir: Path) -> tuple[dict[str, Any], lis
     for dep in source.chart_yaml().get("dependencies") or []:
         key = str(dep.get("alias") or dep["name"])
         record = {k: str(dep[k]) for k in ("name", "alias", "version", "condition") if dep.get(k) is not None}
-        found = _dependency_source(source, dep, charts_dir)
+        found = dependency_source(source, dep, charts_dir)
         record["sources"] = found.folder if found else "not in the chart sources"
         deps.append(record)
         if found is None:
@@ -192,15 +304,14 @@ def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
     source = ChartSource(folder, folder.name)
     meta = source.chart_yaml()
     values, deps, templates = _collect(source, charts_dir)
-    app_version = str(meta.get("appVersion", ""))
+    published = RELEASES.get(folder.name, Release(why=""))
+    # The release's appVersion where its script sets one (Grove's git says v0.1.0-dev).
+    app_version = published.chart.get("appVersion") or str(meta.get("appVersion", ""))
     if app_version in ("", "v0.0.0", "0.0.0"):
-        # Filled by the release tool (cert-manager's Chart.template.yaml): the release's own version.
+        # A placeholder no recorded release fills: the release's own version.
         app_version = match.group("version")
     origin = (folder / "SOURCE").read_text().strip() if (folder / "SOURCE").is_file() else ""
-    release = {
-        "fills": _RELEASE_FILLS.get(folder.name, {}),
-        "values": _RELEASE_VALUES.get(folder.name, {}),
-    }
+    release = {"fills": published.fills, "seds": [list(s) for s in published.seds], "values": published.values}
     return {
         "chart": str(meta.get("name") or match.group("chart")),
         "version": match.group("version"),

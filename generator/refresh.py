@@ -11,6 +11,9 @@ checkout given with ``--recipes``:
 * ``facts/crds/`` — the CRDs the tests validate against, copied byte for byte;
 * ``facts/charts/`` — the chart inventories (:mod:`generator.chart_inventory`)
   of every chart source folder under ``SHARED/charts``;
+* ``facts/helm/`` — those charts as their releases publish them, packaged by
+  real Helm (:mod:`generator.chart_packages`), for the tests that install every
+  composed Release with Helm;
 
 the copied folders with a ``SOURCES.yaml`` naming where every file came from. Files
 in those folders that no source produces any more are removed. ``./dev
@@ -27,7 +30,7 @@ from pathlib import Path
 import click
 import yaml
 
-from generator import aicr, chart_inventory, lock
+from generator import aicr, chart_inventory, chart_packages, lock
 from generator.aicr_yaml import AicrError
 from generator.build import FACTS_DIR, MANIFESTS, STACKS_DIR
 from generator.stackfile import CATALOGUE, Catalogue, StackFile, StackFileError, read, stack_paths
@@ -35,7 +38,7 @@ from generator.stackfile import CATALOGUE, Catalogue, StackFile, StackFileError,
 DEFAULT_SHARED = FACTS_DIR.parent.parent / "shared"
 SOURCES = "SOURCES.yaml"
 # The folders of facts/ this command writes; a file there that no source produces is removed.
-OWNED = ("aicr", MANIFESTS, "crds", "charts")
+OWNED = ("aicr", MANIFESTS, "crds", "charts", "helm")
 
 
 def aicr_release(recipes: Path, version: str | None, commit: str | None) -> lock.AicrRelease:
@@ -109,6 +112,7 @@ def collect(shared: Path, recipes: Path, release: lock.AicrRelease) -> dict[str,
     files |= {f"crds/{name}": data for name, data in copied.items()}
     charts = chart_inventory.inventories(shared / "charts")
     files |= {f"charts/{name}": text.encode() for name, text in charts.items()}
+    files |= {f"helm/{name}": data for name, data in chart_packages.packages(shared / "charts").items()}
     return files
 
 

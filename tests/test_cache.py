@@ -124,6 +124,11 @@ def test_no_other_cache_in_the_runtime() -> None:
         ("status.py", "_head"),
         ("strict.py", "stack_keys"),
         ("added.py", "generated_keys"),  # no argument: once per process, over every generated stack
+        # Real Helm, for the offline commands and the tests (never imported by the server): each
+        # packaged chart loaded once, its crds/ read once; rendered documents parsed once (lru, bounded).
+        ("helm.py", "_load"),
+        ("helm.py", "_crds"),
+        ("helm.py", "_parsed"),
     }
     found = set()
     for path in (REPO / "function").rglob("*.py"):

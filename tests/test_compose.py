@@ -64,7 +64,12 @@ def test_provider_configs_take_kubeconfig_and_identity() -> None:
         {"type": "Kubeconfig", "name": "kc", "key": "kubeconfig"},
         {"type": "NebiusServiceAccountCredentials", "name": "sa", "key": "credentials.json", "namespace": "other"},
     ]
-    got = desired(render(xr))
+    allowing = {
+        "apiVersion": "servingstack.fn.modelplane.ai/v1beta1",
+        "kind": "Input",
+        "spec": {"secrets": {"allowedNamespaces": ["other"]}},
+    }
+    got = desired(render(xr, input=allowing))
     for key in ("provider-config-helm", "provider-config-kubernetes"):
         spec = got[key]["spec"]
         assert spec["credentials"] == {

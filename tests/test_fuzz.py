@@ -271,6 +271,11 @@ INPUTS = [
         "kind": "Input",
         "spec": {"selectors": [{"matchLabels": {DEFAULT_LABEL: "true"}, "policy": "Required"}]},
     },
+    {
+        "apiVersion": INPUT_API_VERSION,
+        "kind": "Input",
+        "spec": {"secrets": {"allowedNamespaces": ["crossplane-system"]}},
+    },
 ]
 
 

@@ -36,8 +36,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
             }
         ),
     ),
-    ("model", frozenset({"function.model", "function.inputs", "function.xr", "function.legacy"})),
-    ("stack", frozenset({"function.stack", "function.bodies", "function.generated"})),
+    ("model", frozenset({"function.model", "function.inputs", "function.xr", "function.legacy", "function.tenancy"})),
+    ("stack", frozenset({"function.stack", "function.bodies", "function.helm", "function.generated"})),
     (
         "plan",
         frozenset(

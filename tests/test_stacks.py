@@ -14,7 +14,6 @@ import yaml
 
 from function.bodies import EXTERNAL_NAME
 from function.generated import STACKS
-from function.paths import get_path
 from function.values import drop_nulls
 from generator.stackfile import NameFacts
 from tests.support.charts import CHARTS, FACTS, inventory
@@ -133,48 +132,6 @@ def test_an_nvidia_pool_takes_no_driver_repository() -> None:
     pool = {"name": "h100", "nodeSelector": {"a": "b"}, "version": "570.195.03", "image": "r.example.com/x"}
     message = fatal(make_xr("Existing"), ec("pools", {"drivers": [pool]}))
     assert "drivers[h100].image: stack existing-nvidia takes no driver image repository" in message
-
-
-def helm_coalesce(defaults: Any, user: Any) -> Any:
-    """User values over chart defaults as Helm coalesces them: maps merge, null deletes the key."""
-    if not (isinstance(defaults, dict) and isinstance(user, dict)):
-        return user
-    out = dict(defaults)
-    for key, value in user.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = helm_coalesce(defaults.get(key), value)
-    return out
-
-
-@pytest.mark.parametrize(
-    ("key", "budgets"),
-    [
-        (
-            "prometheus",
-            [
-                "prometheusOperator.podDisruptionBudget",
-                "prometheus.podDisruptionBudget",
-                "prometheusOperator.admissionWebhooks.deployment.podDisruptionBudget",
-                "kube-state-metrics.podDisruptionBudget",
-            ],
-        ),
-        ("node-feature-discovery", ["master.podDisruptionBudget", "gc.podDisruptionBudget"]),
-        ("cert-manager", ["podDisruptionBudget", "webhook.podDisruptionBudget", "cainjector.podDisruptionBudget"]),
-    ],
-)
-def test_a_max_unavailable_budget_leaves_no_chart_min_available_beside_it(key: str, budgets: list[str]) -> None:
-    # The charts copy the budget map into the PDB (kube-prometheus-stack, NFD)
-    # or write every key it has (cert-manager): with the chart's minAvailable: 1
-    # still there the API server rejects a PDB that sets both.
-    doc = {"components": {key: {"podDisruptionBudget": {"maxUnavailable": 1}}}}
-    release = desired(render(make_xr("GKE"), required=[ec("pdb", doc)]))[key]["spec"]["forProvider"]
-    chart = inventory(release["chart"]["name"])
-    values = helm_coalesce(chart["values"], release["values"])
-    for path in budgets:
-        budget = get_path(values, path)
-        assert budget["maxUnavailable"] == 1 and "minAvailable" not in budget, path
 
 
 def _cut(name: str, trunc: int) -> str:

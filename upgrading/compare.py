@@ -319,7 +319,10 @@ ROLLOUT = """\
    live cluster where the tables cannot say it (the DRA driver's chart switch needs a maintenance window).
    Where a component renames objects or changes chart, plan the gap, or mark the component `Unmanaged` in an
    EnvironmentConfig for the clusters that must not move yet.
-5. Install the new Function package and point the ServingStack Composition's step at it. Remove the
+5. Install the new Function package and point the ServingStack Composition's step at it, with the Input's
+   `spec.secrets.allowedNamespaces` naming the namespace of the Nebius ClusterProviderConfig's credentials
+   Secret (`crossplane-system` in v0.3.1's guide; `example/composition.yaml` allows it): a Nebius ServingStack
+   whose identity sits elsewhere than its own namespace is a Fatal otherwise. Remove the
    `compose-usages` step: this function composes the same `usage-pc-<key>` Usages (same keys, same
    `modelplane.ai/usage-consumer` label), so clusters keep their Usages; left in place, that step warns about
    each one on every reconcile.

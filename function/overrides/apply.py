@@ -104,11 +104,13 @@ def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget,
         if b.enabled:
             set_path(patch, b.enabled, pdb.enabled)
         if pdb.enabled and budget_given:
-            # The given field, and null for the other: charts copy their whole
-            # budget map into the PDB, and a chart default (minAvailable: 1)
-            # beside the user's maxUnavailable makes the API server reject it.
+            # The given field, and null for the other where the chart has a default
+            # there: charts copy their whole budget map into the PDB, and a chart
+            # default (minAvailable: 1) beside the user's maxUnavailable makes the API
+            # server reject it. Nowhere else: Helm keeps a null the chart's values do
+            # not hold, and a template testing hasKey (cert-manager's) renders it.
             for path, value in ((b.min_available, pdb.minAvailable), (b.max_unavailable, pdb.maxUnavailable)):
-                if path:
+                if path and (value is not None or path in b.defaulted):
                     set_path(patch, path, value)
 
 

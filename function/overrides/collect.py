@@ -24,6 +24,7 @@ from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
 from function.strictmodel import StrictModel
+from function.tenancy import SecretsPolicy
 from function.xr import name_of
 
 from . import memory
@@ -67,6 +68,8 @@ class InputSpec(StrictModel):
     names: list[NameSource] = Field(default_factory=list)
     # A registry policy every ServingStack of the Composition is held to.
     registry: RegistryPolicy | None = None
+    # Where identity secrets may come from besides the ServingStack's own namespace (function.tenancy).
+    secrets: SecretsPolicy | None = None
 
 
 class Input(StrictModel):
@@ -298,6 +301,12 @@ def _asked(req: fnv1.RunFunctionRequest) -> _Asked:
     asked = _Asked(given, tuple(wanted), asking.requirements.SerializeToString(deterministic=True))
     # The key, the Input parsed (a few times its size), the requirements encoded.
     return _INPUTS.put(key, asked, len(key) * (1 + PYTHON_FACTOR) + len(asked.encoded))
+
+
+def secrets_policy(req: fnv1.RunFunctionRequest) -> SecretsPolicy | None:
+    """The function Input's ``spec.secrets``, if it sets one; InputError when the Input is bad."""
+    given = _asked(req).given
+    return given.spec.secrets if given is not None else None
 
 
 def collect(

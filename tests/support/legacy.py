@@ -26,7 +26,7 @@ def v031_xr(*identity: dict[str, Any], driver_root: str | None = None) -> dict[s
     return {
         "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
         "kind": "ServingStack",
-        "metadata": {"name": "c-serving-stack-1a2b3", "namespace": "modelplane-system"},
+        "metadata": {"name": "c-serving-stack-1a2b3", "namespace": V031["secrets"]["namespace"]},
         "spec": spec,
     }
 
@@ -36,6 +36,7 @@ GKE = v031_xr(
     driver_root=legacy.GKE_DRIVER_ROOT,
 )
 EKS = v031_xr({"type": "AWSWebIdentityCredentials", "name": "c-aws", "key": "token"})
-NEBIUS = v031_xr({"type": "NebiusServiceAccountCredentials", "name": "c-nb", "key": "sa.json", "namespace": "x"})
+# The Nebius ClusterProviderConfig's credentials Secret, in its own namespace.
+NEBIUS = v031_xr(dict(V031["secrets"]["nebiusIdentity"]))
 KUBECONFIG_ONLY = v031_xr()  # v0.3.1's EKS, AKS, Vultr and Existing clusters
 SHAPES = {"GKE": GKE, "EKS": EKS, "Nebius": NEBIUS, "kubeconfig-only": KUBECONFIG_ONLY}
