@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 from crossplane.function import logging
 from hypothesis import settings
 
+from function.helm import Charts
 from function.main import cli
 from tests.support import k8s_schema
 from tests.support.profiles import PROFILE
@@ -73,6 +74,18 @@ def xr_index(tmp_path_factory: pytest.TempPathFactory) -> k8s_schema.CRDIndex:
     path: Path = tmp_path_factory.mktemp("xrd") / "crd.yaml"
     path.write_text(yaml.safe_dump(crd))
     return k8s_schema.CRDIndex([path])
+
+
+@pytest.fixture(scope="session")
+def example_charts(tmp_path_factory: pytest.TempPathFactory) -> Charts:
+    """The charts of ``example/charts/`` (the substitution examples add them), packaged by real Helm as
+    ``helm package`` publishes them: a chart directory ``render_release`` reads, as ``facts/helm/``."""
+    import helm_python  # noqa: PLC0415 - real Helm, a dev dependency: imported by the tests that render
+
+    packaged = tmp_path_factory.mktemp("example-charts")
+    for chart in sorted((REPO / "example" / "charts").iterdir()):
+        helm_python.package(chart, destination=packaged)
+    return Charts(packaged)
 
 
 @pytest.fixture(autouse=True)

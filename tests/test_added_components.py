@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from function.helm import Charts, HelmError, render_release
 from function.offline import RenderError, RenderResult
 from function.overrides.memory import RETIRE_ANNOTATION
 from function.render_output import render_documents
@@ -506,3 +507,48 @@ def test_status_stack_added_is_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex) 
     status.pop("conditions")
     assert status["stack"]["added"]
     assert xr_index.validate({**xr, "status": status}) == []
+
+
+# ------------------------------------------------------------------ 8. real Helm
+
+
+def test_the_byo_issuer_installs_under_real_helm_as_a_cluster_issuer(server: str, example_charts: Charts) -> None:
+    cluster = Cluster(server, lab_xr())
+    for _ in range(3):
+        result = cluster.reconcile(BYO_ISSUER)
+    got = desired(result)
+    [issuer] = [r.object for r in render_release(got["team-issuer"], example_charts)]
+    assert issuer["kind"] == "ClusterIssuer"
+    assert issuer["metadata"]["name"] == "team-ca" and issuer["spec"] == {"ca": {"secretName": "team-ca-keypair"}}
+    assert issuer["metadata"]["labels"]["app.kubernetes.io/instance"] == "mp-team-issuer"
+
+
+def test_real_helm_refuses_the_issuer_without_its_ca_secret(example_charts: Charts) -> None:
+    doc = copy.deepcopy(BYO_ISSUER)
+    del doc["data"]["servingStack"]["components"]["team-issuer"]["values"]["issuer"]["caSecretName"]
+    release = desired(overridden(lab_xr(), doc))["team-issuer"]
+    with pytest.raises(HelmError, match=r"issuer\.caSecretName: the Secret holding the team's CA"):
+        render_release(release, example_charts)
+
+
+def test_the_serving_operator_installs_under_real_helm_from_the_mirror_with_its_pull_secret(
+    server: str, example_charts: Charts
+) -> None:
+    mirror = mirror_all()
+    mirror["registry"]["imagePullSecrets"] = ["mirror-pull"]
+    configs = [SERVING_POOL, ec("mirror", mirror)]
+    cluster = Cluster(server, POOL_XR)
+    for _ in range(3):
+        result = cluster.reconcile(*configs)
+    [deployment] = [r.object for r in render_release(desired(result)["team-serving-operator"], example_charts)]
+    assert deployment["kind"] == "Deployment"
+    assert deployment["metadata"] == {
+        "name": "team-serving",
+        "namespace": "team-serving",
+        "labels": {"app.kubernetes.io/name": "team-serving-operator", "app.kubernetes.io/instance": "team-serving"},
+    }
+    pod = deployment["spec"]["template"]["spec"]
+    # What Helm renders is what `function images` says the cluster pulls, and the mirror's pull secret.
+    assert [c["image"] for c in pod["containers"]] == ["mirror.example.com/hub/example-team/serving-operator:1.2.0"]
+    assert pod["imagePullSecrets"] == [{"name": "mirror-pull"}]
+    assert k8s_schema.validate_documents([deployment], require_covered=False) == []
