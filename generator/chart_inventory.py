@@ -14,9 +14,6 @@
 - ``images``: every value path holding a container image, its shape and defaults;
 - ``templateValues``: every ``.Values.<path>`` the chart's templates (and its
   found dependencies', prefixed with the alias) reference;
-- ``fullname``: how ``templates/_helpers.tpl`` names objects, where it uses
-  Helm's usual helper: ``fullnameOverride`` cut at ``trunc`` characters, else
-  the release name alone when it contains the chart name (``releaseContainsName``).
 
 Tests read these files, never the chart sources, so they run on a fresh clone;
 a parity test regenerates them where the sources exist.
@@ -172,9 +169,6 @@ _IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "di
 #: A string that is a full image reference whatever its key: registry host (a
 #: dot or a port), path, and a tag.
 _FULL_REFERENCE = re.compile(r"^[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::\d+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9._-]*$")
-#: The usual fullname helper: the override cut at N, and the release-name-contains-chart-name test.
-_FULLNAME_TRUNC = re.compile(r"\.Values\.fullnameOverride \| trunc (\d+)")
-_RELEASE_CONTAINS_NAME = re.compile(r"contains \$name \.Release\.Name")
 
 _VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
@@ -214,15 +208,6 @@ class ChartSource:
                 if file.is_file() and file.suffix in (".yaml", ".yml", ".tpl", ".txt", ".json"):
                     found.update(m.group(1)[1:] for m in _VALUES_REF.finditer(file.read_text()))
         return found
-
-
-def _fullname(source: ChartSource) -> dict[str, Any]:
-    helpers = source.path / "templates" / "_helpers.tpl"
-    text = helpers.read_text() if helpers.is_file() else ""
-    trunc = _FULLNAME_TRUNC.search(text)
-    if trunc is None:
-        return {}
-    return {"trunc": int(trunc.group(1)), "releaseContainsName": bool(_RELEASE_CONTAINS_NAME.search(text))}
 
 
 def _image_entries(values: Any, prefix: str = "") -> list[dict[str, Any]]:
@@ -322,7 +307,6 @@ def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
         "dependencies": deps,
         "images": _image_entries(values),
         "templateValues": sorted(templates),
-        "fullname": _fullname(source),
         "values": values,
     }
 
