@@ -45,8 +45,10 @@ class Release:
     seds: tuple[tuple[str, str], ...] = ()
     values: dict[str, Any] = field(default_factory=dict)  # values set over values.yaml
     # What the release adds from outside the chart folder, which the reference sources lack: the
-    # packaged chart is without it, and says so in facts/helm/SOURCES.yaml.
+    # packaged chart is without it, and says so in facts/helm/SOURCES.yaml (the chart-relative
+    # files, ``missingFiles``, and why). UPGRADING.md does not count their objects as removed.
     missing: str = ""
+    missing_files: tuple[str, ...] = ()
 
     def values_text(self, text: str) -> str:
         """The published values file's text, from the text git holds."""
@@ -72,10 +74,8 @@ class Release:
 
     def record(self) -> dict[str, Any]:
         parts = (("chart", self.chart), ("fills", self.fills), ("seds", [list(s) for s in self.seds]))
-        return {
-            **{k: v for k, v in (*parts, ("values", self.values), ("missing", self.missing)) if v},
-            "by": self.why,
-        }
+        missing = (("missing", self.missing), ("missingFiles", list(self.missing_files)))
+        return {**{k: v for k, v in (*parts, ("values", self.values), *missing) if v}, "by": self.why}
 
 
 def _versions(version: str, app_version: str | None = None) -> dict[str, str]:
@@ -92,6 +92,7 @@ RELEASES: dict[str, Release] = {
         chart=_versions("v1.17.2"),
         missing="templates/crds.yaml: the release concatenates deploy/crds/*.yaml (six CRDs, rendered when "
         "crds.enabled) into it (make/manifests.mk:15,107-108); the reference sources hold the chart folder only",
+        missing_files=("templates/crds.yaml",),
     ),
     "gateway-helm-v1.8.1": Release(
         why="envoyproxy/gateway v1.8.1 tools/make/helm.mk:50-57 (envsubst of values.tmpl.yaml), :24-27 (helm "
@@ -139,6 +140,7 @@ RELEASES: dict[str, Release] = {
         ),
         missing="crds/: the release copies the five Grove CRDs into it (operator/hack/prepare-charts.sh, "
         "push-artifacts.yaml:78-80); the reference sources hold the chart folder only",
+        missing_files=("crds/",),
     ),
     "kai-scheduler-v0.16.8": Release(
         why="kai-scheduler/KAI-Scheduler v0.16.8 .github/workflows/on-release.yaml:12 (DOCKER_REGISTRY), :31, "

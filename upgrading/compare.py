@@ -93,6 +93,18 @@ def _rendered(body: str) -> tuple[Identity, ...]:
     return tuple(identities(render_release(json.loads(body), _charts())))
 
 
+def unpackaged_files(chart: dict[str, Any]) -> tuple[str, ...]:
+    """The files the chart's release adds that its package in facts/helm/ lacks (SOURCES.yaml ``missingFiles``)."""
+    record = _packages().get(f"{chart['name']}-{chart['version']}.tgz") or {}
+    return tuple((record.get("release") or {}).get("missingFiles") or ())
+
+
+@cache
+def _packages() -> dict[str, Any]:
+    packages: dict[str, Any] = load_yaml(FACTS / "helm" / "SOURCES.yaml")
+    return packages
+
+
 @cache
 def _charts() -> Charts:
     return Charts(FACTS / "helm")
@@ -154,7 +166,7 @@ def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stac
         )
     objects = None
     if not changes or changes[0] != "changes release":
-        objects = compare_objects(v031_objects()[key], today_objects(body))
+        objects = compare_objects(v031_objects()[key], today_objects(body), unpackaged_files(chart))
         for change, found in (
             (RENAMES, objects.renamed),
             (REMOVES_OBJECTS, objects.removed),
@@ -179,7 +191,11 @@ def _objects_effect(objects: Difference) -> str:
         if found
     ]
     told = f"{len(objects.same)} the same, {', '.join(counts)} (listed below)" if counts else "all the same"
-    return f"Helm renders {len(objects.old)} objects from v0.3.1's chart and {len(objects.new)} from this one: {told}"
+    olds = len(objects.old) + len(objects.unpackaged)
+    text = f"Helm renders {olds} objects from v0.3.1's chart and {len(objects.new)} from this one: {told}"
+    if objects.unpackaged:
+        text += f"; {len(objects.unpackaged)} not compared (listed below)"
+    return text
 
 
 def _object_desc(body: dict[str, Any], comp: stacks.Component | None) -> str:
@@ -418,7 +434,7 @@ def _objects_section(comparison: Comparison) -> list[str]:
 
 def objects_lines(key: str, d: Difference) -> list[str]:
     """The differences of one Release's objects, grouped by what the upgrade does with them."""
-    if not d.count:
+    if not d.count and not d.unpackaged:
         return []
     lines = ["", f"`{key}`:"]
     for placement in (TEMPLATE, CRDS_DIR, HOOK):
@@ -438,7 +454,17 @@ def objects_lines(key: str, d: Difference) -> list[str]:
             lines += [f"  - {o} ({_where(o)})" for o in items]
     for old, new in d.moved:
         lines.append(f"- moved, {old} ({_where(old)} → {_where(new)}): {_MOVES[(old.placement, new.placement)]}")
+    if d.unpackaged:
+        lines.append(f"- {_UNPACKAGED}:")
+        lines += [f"  - {o} ({_where(o)})" for o in d.unpackaged]
     return lines
+
+
+#: Objects from files the chart's release adds and its package here lacks (facts/helm/SOURCES.yaml).
+_UNPACKAGED = (
+    "not compared: the published chart renders them from a file its release adds, which the packaged chart "
+    "here lacks (`missingFiles` in facts/helm/SOURCES.yaml); it renders the same objects from it, so they stay"
+)
 
 
 def generate() -> str:

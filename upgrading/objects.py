@@ -113,6 +113,8 @@ class Difference:
     added: tuple[Identity, ...] = ()
     renamed: tuple[tuple[Identity, Identity], ...] = ()
     moved: tuple[tuple[Identity, Identity], ...] = ()  # same object, another placement
+    # Old objects from files the new chart's package here lacks (the published chart has them): not compared.
+    unpackaged: tuple[Identity, ...] = ()
 
     @property
     def count(self) -> int:
@@ -159,9 +161,16 @@ def _pairs(removed: list[Identity], added: list[Identity]) -> list[tuple[Identit
     return sorted(pairs)
 
 
-def compare_objects(old: Iterable[Identity], new: Iterable[Identity]) -> Difference:
-    """Objects kept, removed, added, renamed (only the name differs) and moved (another placement)."""
+def compare_objects(old: Iterable[Identity], new: Iterable[Identity], missing: Iterable[str] = ()) -> Difference:
+    """Objects kept, removed, added, renamed (only the name differs) and moved (another placement).
+
+    ``missing`` are the chart-relative files the new chart's release has but its package here lacks
+    (facts/helm/SOURCES.yaml): an old object from such a file is not compared (``unpackaged``).
+    """
+    prefixes = tuple(missing)
     olds, news = sorted(set(old)), sorted(set(new))
+    unpackaged = [o for o in olds if prefixes and _file(o).startswith(prefixes)]
+    olds = [o for o in olds if o not in unpackaged]
     new_by_key = {n.key: n for n in news}
     old_keys = {o.key for o in olds}
     same = [o for o in olds if o.key in new_by_key and new_by_key[o.key].placement == o.placement]
@@ -178,4 +187,9 @@ def compare_objects(old: Iterable[Identity], new: Iterable[Identity]) -> Differe
         added=tuple(n for n in came if n not in paired),
         renamed=tuple(renamed),
         moved=tuple(moved),
+        unpackaged=tuple(unpackaged),
     )
+
+
+def _file(obj: Identity) -> str:
+    return f"{CRDS_DIR}{obj.file}" if obj.crds_dir else obj.file
