@@ -14,9 +14,6 @@
 - ``images``: every value path holding a container image, its shape and defaults;
 - ``templateValues``: every ``.Values.<path>`` the chart's templates (and its
   found dependencies', prefixed with the alias) reference;
-- ``fullname``: how ``templates/_helpers.tpl`` names objects, where it uses
-  Helm's usual helper: ``fullnameOverride`` cut at ``trunc`` characters, else
-  the release name alone when it contains the chart name (``releaseContainsName``).
 
 Tests read these files, never the chart sources, so they run on a fresh clone;
 a parity test regenerates them where the sources exist.
@@ -48,8 +45,10 @@ class Release:
     seds: tuple[tuple[str, str], ...] = ()
     values: dict[str, Any] = field(default_factory=dict)  # values set over values.yaml
     # What the release adds from outside the chart folder, which the reference sources lack: the
-    # packaged chart is without it, and says so in facts/helm/SOURCES.yaml.
+    # packaged chart is without it, and says so in facts/helm/SOURCES.yaml (the chart-relative
+    # files, ``missingFiles``, and why). UPGRADING.md does not count their objects as removed.
     missing: str = ""
+    missing_files: tuple[str, ...] = ()
 
     def values_text(self, text: str) -> str:
         """The published values file's text, from the text git holds."""
@@ -75,10 +74,8 @@ class Release:
 
     def record(self) -> dict[str, Any]:
         parts = (("chart", self.chart), ("fills", self.fills), ("seds", [list(s) for s in self.seds]))
-        return {
-            **{k: v for k, v in (*parts, ("values", self.values), ("missing", self.missing)) if v},
-            "by": self.why,
-        }
+        missing = (("missing", self.missing), ("missingFiles", list(self.missing_files)))
+        return {**{k: v for k, v in (*parts, ("values", self.values), *missing) if v}, "by": self.why}
 
 
 def _versions(version: str, app_version: str | None = None) -> dict[str, str]:
@@ -95,6 +92,7 @@ RELEASES: dict[str, Release] = {
         chart=_versions("v1.17.2"),
         missing="templates/crds.yaml: the release concatenates deploy/crds/*.yaml (six CRDs, rendered when "
         "crds.enabled) into it (make/manifests.mk:15,107-108); the reference sources hold the chart folder only",
+        missing_files=("templates/crds.yaml",),
     ),
     "gateway-helm-v1.8.1": Release(
         why="envoyproxy/gateway v1.8.1 tools/make/helm.mk:50-57 (envsubst of values.tmpl.yaml), :24-27 (helm "
@@ -142,6 +140,7 @@ RELEASES: dict[str, Release] = {
         ),
         missing="crds/: the release copies the five Grove CRDs into it (operator/hack/prepare-charts.sh, "
         "push-artifacts.yaml:78-80); the reference sources hold the chart folder only",
+        missing_files=("crds/",),
     ),
     "kai-scheduler-v0.16.8": Release(
         why="kai-scheduler/KAI-Scheduler v0.16.8 .github/workflows/on-release.yaml:12 (DOCKER_REGISTRY), :31, "
@@ -172,9 +171,6 @@ _IMAGE_PARTS = ("registry", "repository", "image", "name", "tag", "version", "di
 #: A string that is a full image reference whatever its key: registry host (a
 #: dot or a port), path, and a tag.
 _FULL_REFERENCE = re.compile(r"^[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::\d+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9._-]*$")
-#: The usual fullname helper: the override cut at N, and the release-name-contains-chart-name test.
-_FULLNAME_TRUNC = re.compile(r"\.Values\.fullnameOverride \| trunc (\d+)")
-_RELEASE_CONTAINS_NAME = re.compile(r"contains \$name \.Release\.Name")
 
 _VALUES_REF = re.compile(r"\$?\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
@@ -214,15 +210,6 @@ class ChartSource:
                 if file.is_file() and file.suffix in (".yaml", ".yml", ".tpl", ".txt", ".json"):
                     found.update(m.group(1)[1:] for m in _VALUES_REF.finditer(file.read_text()))
         return found
-
-
-def _fullname(source: ChartSource) -> dict[str, Any]:
-    helpers = source.path / "templates" / "_helpers.tpl"
-    text = helpers.read_text() if helpers.is_file() else ""
-    trunc = _FULLNAME_TRUNC.search(text)
-    if trunc is None:
-        return {}
-    return {"trunc": int(trunc.group(1)), "releaseContainsName": bool(_RELEASE_CONTAINS_NAME.search(text))}
 
 
 def _image_entries(values: Any, prefix: str = "") -> list[dict[str, Any]]:
@@ -322,7 +309,6 @@ def inventory(folder: Path, charts_dir: Path) -> dict[str, Any]:
         "dependencies": deps,
         "images": _image_entries(values),
         "templateValues": sorted(templates),
-        "fullname": _fullname(source),
         "values": values,
     }
 

@@ -31,7 +31,14 @@ from typing import Any
 
 import yaml
 
-from generator.chart_inventory import RELEASES, ChartSource, InventoryError, dependency_source, folder_version
+from generator.chart_inventory import (
+    RELEASES,
+    ChartSource,
+    InventoryError,
+    Release,
+    dependency_source,
+    folder_version,
+)
 
 SOURCES = "SOURCES.yaml"
 #: Archive entries get this time (2000-01-01T00:00:00Z) and owner: what a refresh writes must not
@@ -39,10 +46,9 @@ SOURCES = "SOURCES.yaml"
 _MTIME = 946684800
 
 
-def _stage(source: ChartSource, charts_dir: Path, into: Path) -> list[str]:
+def _stage(source: ChartSource, charts_dir: Path, into: Path, release: Release | None) -> list[str]:
     """The chart as its release publishes it, written under ``into``; the bundled subcharts' folders."""
     shutil.copytree(source.path, into, ignore=shutil.ignore_patterns("SOURCE"))
-    release = RELEASES.get(source.folder)
     template = into / "Chart.template.yaml"
     if template.is_file():
         # cert-manager keeps Chart.template.yaml in git; its release writes Chart.yaml from it.
@@ -60,7 +66,7 @@ def _stage(source: ChartSource, charts_dir: Path, into: Path) -> list[str]:
         bundled.append(found.folder)
         target = into / "charts" / str(dep["name"])
         if not target.exists():
-            _stage(found, charts_dir, target)
+            _stage(found, charts_dir, target, RELEASES.get(found.folder))
     return bundled
 
 
@@ -77,14 +83,18 @@ def _normalised(archive: bytes) -> bytes:
     return gzip.compress(out.getvalue(), mtime=0)
 
 
-def package(source: ChartSource, charts_dir: Path) -> tuple[str, bytes, dict[str, Any]]:
-    """``(<chart>-<version>.tgz, archive, its SOURCES record)`` of one chart source folder."""
+def package(source: ChartSource, charts_dir: Path, release: Release | None = None) -> tuple[str, bytes, dict[str, Any]]:
+    """``(<chart>-<version>.tgz, archive, its SOURCES record)`` of one chart source folder.
+
+    Its release fills are ``release`` (v0.3.1's charts, :mod:`upgrading.refresh`), else :data:`RELEASES`'.
+    """
+    release = release or RELEASES.get(source.folder)
     import helm_python as helm  # noqa: PLC0415 - real Helm packages; only refresh needs it
 
     with tempfile.TemporaryDirectory() as tmp:
         name = str(source.chart_yaml().get("name") or source.folder)
         staged = Path(tmp) / "src" / name
-        bundled = _stage(source, charts_dir, staged)
+        bundled = _stage(source, charts_dir, staged, release)
         try:
             with helm.Chart.load(staged) as chart:
                 written = Path(chart.save(Path(tmp)))
@@ -98,7 +108,6 @@ def package(source: ChartSource, charts_dir: Path) -> tuple[str, bytes, dict[str
                 " (add its release fills to generator/chart_inventory.py RELEASES)"
             )
         data = _normalised(written.read_bytes())
-    release = RELEASES.get(source.folder)
     record: dict[str, Any] = {
         "source": (source.path / "SOURCE").read_text().strip() if (source.path / "SOURCE").is_file() else "",
         "folder": source.folder,

@@ -106,19 +106,6 @@ class OtherPullSecret(Strict):
     reason: str
 
 
-class NameFacts(Strict):
-    """How a chart names its objects (its ``_helpers.tpl``).
-
-    ``name`` is ``nameOverride`` or ``chart``; ``fullname`` is
-    ``fullnameOverride``, else the release name when it contains ``name``, else
-    ``<release>-<name>``; both cut at ``trunc`` characters, one trailing dash trimmed.
-    """
-
-    chart: str
-    trunc: int = 63
-    subcharts: dict[str, NameFacts] = Field(default_factory=dict)  # values key -> its naming
-
-
 class ChartFacts(Strict):
     version: str  # the chart version these facts were read at
     chartRepository: str  # noqa: N815
@@ -138,7 +125,6 @@ class ChartFacts(Strict):
     customResources: dict[str, Any] | None = None  # noqa: N815
     notDeployed: list[NotDeployed] = Field(default_factory=list)  # noqa: N815
     otherPullSecrets: list[OtherPullSecret] = Field(default_factory=list)  # noqa: N815
-    names: NameFacts | None = None
 
 
 class Charts(Strict):

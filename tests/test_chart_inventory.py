@@ -84,17 +84,6 @@ def test_inventory_of_a_chart_with_dependencies(charts: Path) -> None:
     ]
 
 
-def test_fullname_helper_is_recorded_where_the_chart_uses_the_usual_one(charts: Path) -> None:
-    assert ci.inventory(charts / "app-1.2.3", charts)["fullname"] == {}  # no fullname helper
-    _write(
-        charts / "app-1.2.3" / "templates" / "_helpers.tpl",
-        '{{- define "app.fullname" -}}{{- if .Values.fullnameOverride -}}{{- .Values.fullnameOverride | trunc 26 }}'
-        "{{- else }}{{- $name := default .Chart.Name .Values.nameOverride }}{{- if contains $name .Release.Name }}"
-        "{{ .Release.Name }}{{- end }}{{- end }}{{- end }}",
-    )
-    assert ci.inventory(charts / "app-1.2.3", charts)["fullname"] == {"trunc": 26, "releaseContainsName": True}
-
-
 def test_folder_name_must_carry_the_version(tmp_path: Path) -> None:
     _write(tmp_path / "noversion" / "Chart.yaml", {"name": "x"})
     with pytest.raises(ci.InventoryError, match="<chart>-<version>"):

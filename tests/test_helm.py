@@ -29,9 +29,10 @@ from function.model import Accelerator, Cloud
 from generator import chart_packages
 from tests.support.crossplane import desired
 from tests.support.overrides import BANK_HOST, PAIRS, bank, ec, overridden, policy_input
-from tests.support.parity import reference_source
+from tests.support.parity import chart_repositories, reference_source
 from tests.support.repo import REPO
 from tests.support.xr import make_xr
+from upgrading import refresh as upgrading_refresh
 
 HELM = REPO / "facts" / "helm"
 CHARTS = Charts(HELM)
@@ -221,6 +222,22 @@ def test_every_release_of_every_example_installs(example_charts: Charts) -> None
         rendered += 1
     assert rendered >= 60
     assert not_packaged == {"prod-eu-1+prod-hold cert-manager", "prod-eu-1+all cert-manager"}
+
+
+def test_a_release_held_at_v031s_version_installs_from_v031s_chart(tmp_path: Path) -> None:
+    """The examples' hold (cert-manager at v1.17.1): its chart is not kept, so it is packaged from its
+    repository as upgrading.refresh packages v0.3.1's charts, where the git snapshots are at hand."""
+    v031 = yaml.safe_load((REPO / "facts" / "v0.3.1.yaml").read_text())
+    held = [c for c in v031["components"].values() if (c.get("chart"), c.get("version")) in NOT_PACKAGED]
+    sources = chart_repositories(sorted({c["source"]["repository"] for c in held}))
+    upgrading_refresh.charts(v031, sources, tmp_path)
+    charts = Charts(tmp_path)
+    checked = 0
+    for case, key, body in _example_releases():
+        if release_chart(body) in NOT_PACKAGED:
+            assert render_release(body, charts), (case, key)
+            checked += 1
+    assert checked == 2
 
 
 def test_the_helm_the_tests_render_with_is_the_one_the_newest_provider_helm_builds_with() -> None:

@@ -108,11 +108,12 @@ def test_only_the_refresh_command_and_parity_tests_name_the_reference_directory(
 
 
 def test_parity_tests_reach_the_reference_sources_through_one_helper() -> None:
-    """``DEFAULT_SHARED`` is refresh's default; tests take it only through ``parity.reference_source``, which skips."""
+    """``DEFAULT_SHARED``/``DEFAULT_SOURCES`` are the refreshes' defaults; tests take them only through parity.py."""
     taking = sorted(
         str(p.relative_to(REPO))
         for folder in ("tests", "bench", "upgrading", "function")
         for p in (REPO / folder).rglob("*.py")
-        if "DEFAULT_SHARED" in p.read_text() and p.name not in ("parity.py", "test_layout.py")
+        if ("DEFAULT_SHARED" in (text := p.read_text()) or "DEFAULT_SOURCES" in text)
+        and p.name not in ("parity.py", "test_layout.py", "refresh.py")
     )
     assert taking == []

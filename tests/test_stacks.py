@@ -10,13 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
-from function.bodies import EXTERNAL_NAME
 from function.generated import STACKS
 from function.values import drop_nulls
-from generator.stackfile import NameFacts
-from tests.support.charts import CHARTS, FACTS, inventory
 from tests.support.crossplane import desired, render
 from tests.support.overrides import PAIRS, ec, fatal, mirror_all
 from tests.support.xr import make_xr
@@ -132,93 +128,6 @@ def test_an_nvidia_pool_takes_no_driver_repository() -> None:
     pool = {"name": "h100", "nodeSelector": {"a": "b"}, "version": "570.195.03", "image": "r.example.com/x"}
     message = fatal(make_xr("Existing"), ec("pools", {"drivers": [pool]}))
     assert "drivers[h100].image: stack existing-nvidia takes no driver image repository" in message
-
-
-def _cut(name: str, trunc: int) -> str:
-    # Helm's `trunc N | trimSuffix "-"`: trimSuffix drops one dash.
-    return name[:trunc].removesuffix("-")
-
-
-def object_names(release: str, values: dict[str, Any], facts: NameFacts) -> tuple[str, str]:
-    """(name, fullname) as the chart's _helpers.tpl derive them; see NameFacts."""
-    name = values.get("nameOverride") or facts.chart
-    if values.get("fullnameOverride"):
-        return _cut(name, 63), _cut(values["fullnameOverride"], facts.trunc)
-    return _cut(name, 63), _cut(release if name in release else f"{release}-{name}", facts.trunc)
-
-
-def _named(release: str, values: dict[str, Any], facts: NameFacts) -> dict[str, tuple[str, str]]:
-    """Names of a chart and of each subchart (Helm gives subcharts the parent's release name)."""
-    out = {"": object_names(release, values, facts)}
-    for key, sub in facts.subcharts.items():
-        out[key] = object_names(release, values.get(key) or {}, sub)
-    return out
-
-
-def _v031(key: str) -> tuple[str, dict[str, Any], NameFacts]:
-    """What v0.3.1 installed (facts/v0.3.1.yaml): release mp-<chart>, the values that name objects, and
-    how its charts name them: the same helpers as today's at the chart names they had then
-    (dra-driver-nvidia-gpu 0.4.0: kubernetes-sigs/dra-driver-nvidia-gpu tag v0.4.0,
-    deployments/helm/dra-driver-nvidia-gpu/templates/_helpers.tpl; kube-prometheus-stack 72.6.2 cut
-    its fullname at 26 too)."""
-    comp = V031_FACTS["components"][key]
-    trunc = 26 if comp["chart"] == "kube-prometheus-stack" else 63
-    subcharts = {k: NameFacts(chart=c) for k, c in comp.get("subcharts", {}).items()}
-    return (
-        f"mp-{comp['chart']}",
-        comp.get("values", {}),
-        NameFacts(chart=comp["chart"], trunc=trunc, subcharts=subcharts),
-    )
-
-
-V031_FACTS = yaml.safe_load((FACTS.parents[0] / "v0.3.1.yaml").read_text())
-# Components v0.3.1 ran whose charts today take AICR's fullnameOverrides.
-V031 = {key: _v031(key) for key in ("cert-manager", "prometheus", "dra-driver")}
-
-
-@pytest.mark.parametrize("cloud", NVIDIA_CLOUDS)
-@pytest.mark.parametrize("key", sorted(V031))
-def test_components_v031_runs_keep_their_object_names(cloud: str, key: str) -> None:
-    out = desired(render(make_xr(cloud)))[key]
-    release = out["metadata"]["annotations"][EXTERNAL_NAME]
-    spec = out["spec"]["forProvider"]
-    facts = CHARTS[spec["chart"]["name"]].names
-    assert facts is not None
-    old_release, old_values, old_facts = V031[key]
-    assert release == old_release
-    assert _named(release, drop_nulls(spec["values"]), facts) == _named(old_release, old_values, old_facts)
-
-
-def test_v031_object_names_spelled_out() -> None:
-    # The names the rule gives for v0.3.1, as `kubectl get` shows them there.
-    assert {k: _named(*v) for k, v in V031.items()} == {
-        "cert-manager": {"": ("cert-manager", "mp-cert-manager")},
-        "prometheus": {
-            "": ("kube-prometheus-stack", "prometheus"),
-            "kube-state-metrics": ("kube-state-metrics", "mp-kube-prometheus-stack-kube-state-metrics"),
-            "prometheus-node-exporter": (
-                "prometheus-node-exporter",
-                "mp-kube-prometheus-stack-prometheus-node-exporter",
-            ),
-        },
-        "dra-driver": {"": ("dra-driver-nvidia-gpu", "mp-dra-driver-nvidia-gpu")},
-    }
-
-
-@pytest.mark.parametrize("chart", sorted(c for c, f in CHARTS.items() if f.names))
-def test_name_facts_match_the_chart_inventory(chart: str) -> None:
-    facts = CHARTS[chart].names
-    assert facts is not None
-    data = inventory(chart)
-    assert (facts.chart, facts.trunc) == (data["chart"], data["fullname"]["trunc"])
-    assert data["fullname"]["releaseContainsName"]
-    for key, sub in facts.subcharts.items():
-        assert {f"{key}.nameOverride", f"{key}.fullnameOverride"} <= set(data["templateValues"]), key
-        dep = next(d for d in data["dependencies"] if (d.get("alias") or d["name"]) == key)
-        own = yaml.safe_load((FACTS / f"{dep['sources']}.yaml").read_text())
-        assert (sub.chart, sub.trunc) == (own["chart"], own["fullname"]["trunc"]) and own["fullname"][
-            "releaseContainsName"
-        ]
 
 
 def test_every_cloud_of_the_spec_has_an_nvidia_stack() -> None:

@@ -1,4 +1,8 @@
-"""``python -m upgrading [--check]``: write UPGRADING.md, or exit 1 when the committed one is stale."""
+"""``python -m upgrading [--check]``: write UPGRADING.md, or exit 1 when the committed one is stale.
+
+It renders every Release with real Helm (helm-python-sdk, in the dev extra): without it, one line
+says so and it exits 1.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,18 @@ import sys
 
 import click
 
+from function.helm import HelmError
 from upgrading.compare import OUT, generate
 
 
 @click.command()
 @click.option("--check", is_flag=True, help="Exit 1 when the committed UPGRADING.md is stale.")
 def main(check: bool) -> None:
-    text = generate()
+    try:
+        text = generate()
+    except HelmError as error:
+        click.echo(f"upgrading: {error}", err=True)
+        sys.exit(1)
     if check:
         if not OUT.is_file() or OUT.read_text() != text:
             click.echo("UPGRADING.md is out of date: run `python -m upgrading` and commit it.", err=True)

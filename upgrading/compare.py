@@ -2,18 +2,21 @@
 
 Per generated stack, every composed resource key of Modelplane v0.3.1
 (``facts/v0.3.1.yaml``) is compared with what the function renders for the
-stack today: it stays, changes version or chart, renames the objects inside
-its Helm release, is added or is removed, and what that does on a live
-cluster. Object names follow Helm's standard ``<chart>.fullname`` rule (the
-``fullnameOverride``/``nameOverride`` values of the chart and of each enabled
-subchart, whose templates reference them per ``facts/charts/``), so a stack
-whose values keep v0.3.1's names shows no rename. The control-plane versions
-come from ``facts/control-plane.yaml``. tests/test_upgrading.py fails when the
-committed file is not what this writes (``python -m upgrading [--check]``).
+stack today: it stays, changes version or chart, is added or is removed, and
+what that does on a live cluster. For a Release both compose, the objects are
+compared as real Helm renders them (:mod:`upgrading.objects`): v0.3.1's, recorded
+in ``facts/v0.3.1-objects.yaml`` (:mod:`upgrading.refresh`), against those Helm
+renders from ``facts/helm/`` with the stack's values; every object renamed,
+removed, added or moved is listed. So this needs real Helm (helm-python-sdk, a
+dev dependency; the function's runtime install has no use for it). The
+control-plane versions come from ``facts/control-plane.yaml``.
+tests/test_upgrading.py fails when the committed file is not what this writes
+(``python -m upgrading [--check]``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -26,20 +29,25 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import stack as stacks
 from function.bodies import EXTERNAL_NAME
 from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, renderer
+from function.helm import Charts, render_release
 from function.model import Accelerator, Cloud, ServingStack
 from function.overrides import Collected, plan
 from function.paths import get_path
-from function.values import deep_merge
 from function.wire import Resources
+from upgrading.objects import CRDS_DIR, HOOK, TEMPLATE, Difference, Identity, compare_objects, identities
 
 REPO = Path(__file__).resolve().parents[1]
 FACTS = REPO / "facts"
 OUT = REPO / "UPGRADING.md"
+V031_OBJECTS = FACTS / "v0.3.1-objects.yaml"
 
 STAYS = "stays"
 VERSION = "changes version"
 CHART = "changes chart"
 RENAMES = "renames objects"
+REMOVES_OBJECTS = "removes objects"
+ADDS_OBJECTS = "adds objects"
+MOVES_OBJECTS = "moves objects"
 ADDED = "added"
 REMOVED = "removed"
 
@@ -56,6 +64,7 @@ class Row:
     after: str
     changes: tuple[str, ...]
     effect: str
+    objects: Difference | None = None  # a continuing Release: v0.3.1's objects against this stack's
 
 
 @dataclass
@@ -67,59 +76,38 @@ class Comparison:
         return [r.key for r in self.rows if change in r.changes]
 
 
-@cache  # read-only: callers merge, never modify
-def inventory(chart: str, version: str) -> dict[str, Any] | None:
-    path = FACTS / "charts" / f"{chart}-{version}.yaml"
-    return load_yaml(path) if path.is_file() else None
+@cache
+def v031_objects() -> dict[str, tuple[Identity, ...]]:
+    """Per v0.3.1 Release key, the objects Helm rendered for it (facts/v0.3.1-objects.yaml)."""
+    releases = load_yaml(V031_OBJECTS)["releases"]
+    return {k: tuple(Identity.from_record(o) for o in r["objects"]) for k, r in releases.items()}
 
 
-# Charts whose fullname helper truncates shorter than Helm's 63: the
-# operator and other objects append suffixes (kube-prometheus-stack
-# templates/_helpers.tpl, "kube-prometheus-stack.fullname": trunc 26, at
-# 72.6.2 and 82.8.0 alike).
-FULLNAME_MAX = {"kube-prometheus-stack": 26}
+def today_objects(body: dict[str, Any]) -> tuple[Identity, ...]:
+    """The objects Helm renders for a composed Release from facts/helm/."""
+    return _rendered(json.dumps(body, sort_keys=True))
 
 
-def _standard_fullname(release: str, chart: str, node: Any) -> str:
-    """Helm's ``<chart>.fullname`` helper as ``helm create`` writes it and these charts keep it."""
-    node = node if isinstance(node, dict) else {}
-    name = str(node.get("nameOverride") or chart)
-    full = str(node.get("fullnameOverride") or (release if name in release else f"{release}-{name}"))
-    return full[: FULLNAME_MAX.get(chart, 63)].rstrip("-")
+@cache  # the stacks share most Releases: each is rendered once
+def _rendered(body: str) -> tuple[Identity, ...]:
+    return tuple(identities(render_release(json.loads(body), _charts())))
 
 
-def object_names(release: str, chart: str, values: dict[str, Any], inv: dict[str, Any] | None) -> dict[str, str]:
-    """Name prefix of the release's objects per naming scope ("" the chart, else a subchart alias).
-
-    Scopes are those whose templates read a ``fullnameOverride`` (per the
-    chart's inventory) and, for a subchart, that are installed. Without an
-    inventory of the chart only the chart's own scope is known.
-    """
-    if inv is None:
-        return {"": _standard_fullname(release, chart, values)}
-    merged = deep_merge(inv.get("values") or {}, values)
-    referenced = set(inv.get("templateValues") or ())
-    names: dict[str, str] = {}
-    if "fullnameOverride" in referenced:
-        names[""] = _standard_fullname(release, chart, merged)
-    for dep in inv.get("dependencies") or ():
-        alias = dep.get("alias") or dep["name"]
-        condition = dep.get("condition")
-        if f"{alias}.fullnameOverride" not in referenced:
-            continue
-        if condition and not get_path(merged, condition.split(",")[0], False):
-            continue  # not installed: names nothing
-        names[alias] = _standard_fullname(release, dep["name"], merged.get(alias))
-    return names
+def unpackaged_files(chart: dict[str, Any]) -> tuple[str, ...]:
+    """The files the chart's release adds that its package in facts/helm/ lacks (SOURCES.yaml ``missingFiles``)."""
+    record = _packages().get(f"{chart['name']}-{chart['version']}.tgz") or {}
+    return tuple((record.get("release") or {}).get("missingFiles") or ())
 
 
-def v031_object_names(old: dict[str, Any]) -> dict[str, str]:
-    """The name prefixes v0.3.1's release used: its chart and the subcharts facts/v0.3.1.yaml lists."""
-    release, values = f"mp-{old['chart']}", old.get("values") or {}
-    names = {"": _standard_fullname(release, old["chart"], values)}
-    for alias, chart in (old.get("subcharts") or {}).items():
-        names[alias] = _standard_fullname(release, chart, values.get(alias))
-    return names
+@cache
+def _packages() -> dict[str, Any]:
+    packages: dict[str, Any] = load_yaml(FACTS / "helm" / "SOURCES.yaml")
+    return packages
+
+
+@cache
+def _charts() -> Charts:
+    return Charts(FACTS / "helm")
 
 
 def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
@@ -176,30 +164,38 @@ def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stac
                 else "(Helm never upgrades CRDs a chart keeps in its crds/ directory)"
             )
         )
-    inv = inventory(chart["name"], chart["version"])
-    new_names = object_names(release, chart["name"], body["spec"]["forProvider"].get("values") or {}, inv)
-    old_names = v031_object_names(old)
-    renamed = [
-        f"{old_names[scope]} → {new_names[scope]}"
-        for scope in sorted(new_names)
-        if scope in old_names and old_names[scope] != new_names[scope]
-    ]
-    if renamed:
-        changes.append(RENAMES)
-        effects.append(
-            f"objects renamed ({', '.join(renamed)}): Helm deletes the old objects and creates the new ones, "
-            "a gap for webhooks and DaemonSets while they start; cluster-scoped new names collide with "
-            'another install of the chart (Helm refuses: "invalid ownership metadata")'
+    objects = None
+    if not changes or changes[0] != "changes release":
+        objects = compare_objects(v031_objects()[key], today_objects(body), unpackaged_files(chart))
+        for change, found in (
+            (RENAMES, objects.renamed),
+            (REMOVES_OBJECTS, objects.removed),
+            (ADDS_OBJECTS, objects.added),
+            (MOVES_OBJECTS, objects.moved),
+        ):
+            if found:
+                changes.append(change)
+        effects.append(_objects_effect(objects))
+    return Row(key, before, after, tuple(changes) or (STAYS,), "; ".join(effects), objects)
+
+
+def _objects_effect(objects: Difference) -> str:
+    counts = [
+        f"{len(found)} {what}"
+        for what, found in (
+            ("renamed", objects.renamed),
+            ("removed", objects.removed),
+            ("added", objects.added),
+            ("moved", objects.moved),
         )
-    if inv is None:
-        effects.append(f"object names not compared: no inventory of {chart['name']} {chart['version']} in facts/")
-    return Row(
-        key,
-        before,
-        after,
-        tuple(changes) or (STAYS,),
-        "; ".join(effects) or "same chart, version, release and object names; Helm applies this stack's values",
-    )
+        if found
+    ]
+    told = f"{len(objects.same)} the same, {', '.join(counts)} (listed below)" if counts else "all the same"
+    olds = len(objects.old) + len(objects.unpackaged)
+    text = f"Helm renders {olds} objects from v0.3.1's chart and {len(objects.new)} from this one: {told}"
+    if objects.unpackaged:
+        text += f"; {len(objects.unpackaged)} not compared (listed below)"
+    return text
 
 
 def _object_desc(body: dict[str, Any], comp: stacks.Component | None) -> str:
@@ -329,10 +325,47 @@ ROLLOUT = """\
 6. Watch the first clusters: the XR stays not Ready until every component is up again."""
 
 
+OBJECTS_INTRO = """\
+Both rendered by real Helm: v0.3.1's chart with v0.3.1's values, release name and namespace
+(`facts/v0.3.1-objects.yaml`), and the stack's chart with its values (`facts/helm/`). Objects are
+compared by kind, namespace (as the chart writes it; Helm puts a namespaced object written without one in
+the release's) and name. A rename is an object of the same kind, namespace and template whose name alone
+differs. What the upgrade does: an object of the templates that is removed is deleted, an added one is
+created, a renamed one is deleted and created (a gap while it starts; a cluster-scoped new name collides
+with another install of the chart: Helm refuses, "invalid ownership metadata"). A CRD in a chart's `crds/`
+directory is installed on the first install only: an upgrade never installs, changes or deletes one. A
+hook (`helm.sh/hook`) is created when its event fires and removed by its delete policy, not by the upgrade.
+A moved object is the same object in another of these three places."""
+
+#: Per difference and where the object is (template, crds/ or hook): what the upgrade does with it.
+_EFFECTS = {
+    ("renamed", TEMPLATE): "renamed: Helm deletes the old and creates the new",
+    ("renamed", CRDS_DIR): "renamed in crds/: the old CRD stays, the new one is not installed by the upgrade",
+    ("renamed", HOOK): "renamed hooks: the new one runs at its events",
+    ("removed", TEMPLATE): "removed: Helm deletes them",
+    ("removed", CRDS_DIR): "removed from crds/: they stay, an upgrade deletes no crds/ CRD",
+    ("removed", HOOK): "hooks no longer rendered: what they created stays as their delete policy left it",
+    ("added", TEMPLATE): "added: Helm creates them",
+    ("added", CRDS_DIR): "added in crds/: the upgrade does not install them",
+    ("added", HOOK): "hooks added: they run at their events",
+}
+_MOVES = {
+    (TEMPLATE, CRDS_DIR): "Helm deletes it (no longer in the manifest) and does not install it again",
+    (CRDS_DIR, TEMPLATE): "Helm refuses the upgrade: it exists without the release's ownership metadata",
+    (TEMPLATE, HOOK): "Helm deletes it, then creates it again when the hook fires",
+    (HOOK, TEMPLATE): "Helm creates it in the manifest; refused while the hook's object is still there",
+    (CRDS_DIR, HOOK): "the CRD stays; the hook applies it at its events",
+    (HOOK, CRDS_DIR): "the CRD stays; the upgrade does not install it",
+}
+#: Deleting a CustomResourceDefinition deletes every object of its kind on the cluster.
+_CRD_DELETED = "; a deleted CRD takes every object of its kind with it"
+
+
 def render_markdown(comparisons: list[Comparison], v031: dict[str, Any], control: dict[str, Any]) -> str:
     lines = [
-        "<!-- Generated by `python -m upgrading` from facts/v0.3.1.yaml, facts/control-plane.yaml,",
-        "     facts/charts/ and the generated stacks; tests/test_upgrading.py fails when it is stale. -->",
+        "<!-- Generated by `python -m upgrading` from facts/v0.3.1.yaml, facts/v0.3.1-objects.yaml,",
+        "     facts/control-plane.yaml, facts/helm/ and the generated stacks, with real Helm;",
+        "     tests/test_upgrading.py fails when it is stale. -->",
         f"# Upgrading from Modelplane {v031['release']}",
         "",
         f"Clusters installed by Modelplane {v031['release']} run the stack recorded in `facts/v0.3.1.yaml`. This",
@@ -351,7 +384,10 @@ def render_markdown(comparisons: list[Comparison], v031: dict[str, Any], control
         "",
         "## Per stack",
         "",
-        "Stacks whose comparison is the same share a section.",
+        "Stacks whose comparison is the same share a section. Each ends with the objects Helm renders for",
+        f"every Release both {v031['release']} and the stack compose:",
+        "",
+        OBJECTS_INTRO,
     ]
     # Stacks with identical rows, in the order they come: one section each group.
     groups: dict[tuple[Row, ...], list[Comparison]] = {}
@@ -361,14 +397,74 @@ def render_markdown(comparisons: list[Comparison], v031: dict[str, Any], control
         comparison = group[0]
         title = ", ".join(f"{c.stack.id} ({c.stack.cloud}, {c.stack.accelerator})" for c in group)
         lines += ["", f"### {title}", ""]
-        for change in (VERSION, CHART, RENAMES, ADDED, REMOVED):
+        for change in (VERSION, CHART, RENAMES, REMOVES_OBJECTS, ADDS_OBJECTS, MOVES_OBJECTS, ADDED, REMOVED):
             keys = comparison.keys(change)
             lines.append(f"- {change}: {', '.join(f'`{k}`' for k in keys) if keys else 'none'}")
         lines += ["", "| key | v0.3.1 | this stack | change | on a live cluster |", "|---|---|---|---|---|"]
         for row in comparison.rows:
             cells = (f"`{row.key}`", row.before, row.after, ", ".join(row.changes), row.effect)
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines += _objects_section(comparison)
     return "\n".join(lines) + "\n"
+
+
+def _where(obj: Identity) -> str:
+    return f"{obj.file}, hook {obj.hook}" if obj.hook else obj.file
+
+
+def _objects_section(comparison: Comparison) -> list[str]:
+    rows = [r for r in comparison.rows if r.objects is not None]
+    if not rows:
+        return []
+    lines = ["", "#### Objects Helm renders, per continuing Release", ""]
+    lines += [
+        "| key | v0.3.1 | this stack | same | renamed | removed | added | moved |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        d = row.objects
+        assert d is not None
+        counts = (d.old, d.new, d.same, d.renamed, d.removed, d.added, d.moved)
+        lines.append(f"| `{row.key}` | " + " | ".join(str(len(c)) for c in counts) + " |")
+    for row in rows:
+        assert row.objects is not None
+        lines += objects_lines(row.key, row.objects)
+    return lines
+
+
+def objects_lines(key: str, d: Difference) -> list[str]:
+    """The differences of one Release's objects, grouped by what the upgrade does with them."""
+    if not d.count and not d.unpackaged:
+        return []
+    lines = ["", f"`{key}`:"]
+    for placement in (TEMPLATE, CRDS_DIR, HOOK):
+        pairs = [(o, n) for o, n in d.renamed if o.placement == placement]
+        if pairs:
+            lines.append(f"- {_EFFECTS[('renamed', placement)]}:")
+            lines += [f"  - {o} → {n.name} ({_where(n)})" for o, n in pairs]
+    for what, found in (("removed", d.removed), ("added", d.added)):
+        for placement in (TEMPLATE, CRDS_DIR, HOOK):
+            items = [o for o in found if o.placement == placement]
+            if not items:
+                continue
+            effect = _EFFECTS[(what, placement)]
+            if (what, placement) == ("removed", TEMPLATE) and any(o.kind == "CustomResourceDefinition" for o in items):
+                effect += _CRD_DELETED
+            lines.append(f"- {effect}:")
+            lines += [f"  - {o} ({_where(o)})" for o in items]
+    for old, new in d.moved:
+        lines.append(f"- moved, {old} ({_where(old)} → {_where(new)}): {_MOVES[(old.placement, new.placement)]}")
+    if d.unpackaged:
+        lines.append(f"- {_UNPACKAGED}:")
+        lines += [f"  - {o} ({_where(o)})" for o in d.unpackaged]
+    return lines
+
+
+#: Objects from files the chart's release adds and its package here lacks (facts/helm/SOURCES.yaml).
+_UNPACKAGED = (
+    "not compared: the published chart renders them from a file its release adds, which the packaged chart "
+    "here lacks (`missingFiles` in facts/helm/SOURCES.yaml); it renders the same objects from it, so they stay"
+)
 
 
 def generate() -> str:

@@ -372,7 +372,6 @@ COMPONENTS['amd-gpu-operator'] = {
 # stacks/charts.yaml charts.cert-manager:
 #   ---------------------------------------------------------------------------
 #   version: AICR pin
-#   templates/_helpers.tpl: cert-manager.fullname (webhook/cainjector names append to it).
 #   Every image map goes whole to the `image` helper (templates/_helpers.tpl),
 #   which reads registry (unset by default: a prefix joined with "/"),
 #   repository (a full host/path by default), tag (unset -> appVersion
@@ -566,9 +565,6 @@ COMPONENTS['cert-manager'] = {
 #   (AICR's registry names this path for accelerated-node tolerations.)
 # stacks/charts.yaml charts.nvidia-dra-driver-gpu:
 #   ---------------------------------------------------------------------------
-#   templates/_helpers.tpl: DaemonSet, Deployments, ClusterRoles, webhook and
-#   selector labels take nvidia-dra-driver-gpu.name (nameOverride or the chart
-#   name), service accounts and the webhook issuer nvidia-dra-driver-gpu.fullname.
 #   One image for everything: controller, kubelet plugin (gpus,
 #   compute-domains, init) and webhook; the controller also hands the same
 #   image (env IMAGE_NAME) to the compute-domain daemon pods it creates.
@@ -2635,9 +2631,6 @@ COMPONENTS['node-feature-discovery@existing-amd'] = deep_merge(SHARED['node-feat
 #   Subcharts (Chart.yaml dependencies): crds (vendored), kube-state-metrics
 #   7.2.0, prometheus-node-exporter 4.52.0, grafana and prometheus-windows-exporter
 #   (both disabled: grafana.enabled false here, windowsMonitoring.enabled false).
-#   names: templates/_helpers.tpl: kube-prometheus-stack.fullname cuts at 26
-#   kube-state-metrics: kube-state-metrics.fullname
-#   prometheus-node-exporter: prometheus-node-exporter.fullname
 #   default: "" -> appVersion
 #   builtin: tag "" -> .Chart.AppVersion (Chart.yaml appVersion v0.89.0)
 #   - name: passed to the operator as --prometheus-config-reloader; it injects it into Prometheus/Alertmanager pods

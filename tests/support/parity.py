@@ -1,12 +1,15 @@
-"""The reference sources beside the clone (``../shared``): read by parity tests only, skipped without them."""
+"""The reference sources beside the clone (``../shared``, and git snapshots of chart repositories in
+``../.mirror``): read by parity tests only, skipped without them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from generator.refresh import DEFAULT_SHARED
+from upgrading.refresh import DEFAULT_SOURCES
 
 
 def reference_source(relative: str) -> Path:
@@ -18,3 +21,14 @@ def reference_source(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"parity test: {path} is absent (the reference sources are not beside this clone)")
     return path
+
+
+def chart_repositories(repositories: Iterable[str]) -> Path:
+    """The folder of git snapshots (``<owner>+<name>``) holding every one of ``repositories``, for parity tests only.
+
+    A clone standing alone has none: the test is skipped, saying which are absent.
+    """
+    missing = [r for r in repositories if not (DEFAULT_SOURCES / r.replace("/", "+")).is_dir()]
+    if missing:
+        pytest.skip(f"parity test: no git snapshot of {', '.join(missing)} in {DEFAULT_SOURCES}")
+    return DEFAULT_SOURCES
