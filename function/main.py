@@ -11,7 +11,7 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import offline, overrides, server, stack, status
+from function import manifests, offline, overrides, server, stack, status
 from function.cache import MIB
 from function.compose import renderer
 from function.errors import InputError
@@ -135,6 +135,13 @@ _REQUIRED_OPTION = click.option(
     multiple=True,
     type=click.Path(exists=True, path_type=Path),
     help="EnvironmentConfigs and other required resources (file or directory).",
+)
+
+
+_CHARTS_OPTION = click.option(
+    "--charts",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Packaged charts (<chart>-<version>.tgz) to render with real Helm (the helm extra); a clone's facts/helm/.",
 )
 
 
@@ -320,13 +327,23 @@ def _every_stack() -> list[dict[str, Any]]:
     help="lines: one image or chart per line; pairs: upstream -> mirror for what a rule moved; "
     "skopeo: skopeo sync YAML (--src yaml), one document per destination.",
 )
-def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: Path | None, output: str) -> None:
-    """Print every image and chart the stack(s) will pull, after the EnvironmentConfigs' overrides."""
+@_CHARTS_OPTION
+def images(
+    xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: Path | None, output: str, charts: Path | None
+) -> None:
+    """Print every image and chart the stack(s) will pull, after the EnvironmentConfigs' overrides.
+
+    With --charts, the images are read from what real Helm renders (every installed object), not from the
+    value paths the stacks declare; the charts are listed as without it.
+    """
 
     logging.configure(logging.Level.DISABLED)
     supplied = read_documents(required)
     given = to_jsonable(read_one(input_file, "Input"))
     xrs = [to_jsonable(read_one(path, "ServingStack")) for path in xr_files] or _every_stack()
+    if charts is not None and output != "lines":
+        fail(f"--charts lists images as lines only, not --format {output}")
+    helm_images = "".join(_installed(raw, charts, supplied, given, image_lines=True) for raw in xrs) if charts else ""
     found: list[pulls.Pull] = []
     for raw in xrs:
         try:
@@ -337,11 +354,49 @@ def images(xr_files: tuple[Path, ...], required: tuple[Path, ...], input_file: P
         except InputError as err:
             meta = raw.get("metadata")
             fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
+    if charts is not None:
+        found = [p for p in found if p.kind != pulls.IMAGE]
     try:
         text = {"lines": pulls.as_lines, "pairs": pulls.as_pairs, "skopeo": pulls.as_skopeo}[output](found)
     except InputError as err:
         fail(str(err))
+    if charts is not None:
+        text = "".join(sorted(set((text + helm_images).splitlines(keepends=True))))
     click.echo(text, nl=False)
+
+
+def _installed(
+    raw: dict[str, Any],
+    charts: Path,
+    supplied: list[dict[str, Any]],
+    given: dict[str, Any] | None,
+    *,
+    image_lines: bool = False,
+) -> str:
+    """The objects one ServingStack installs, as YAML (or image lines), rendered by real Helm from ``charts``."""
+    try:
+        found = manifests.from_files(raw, charts, required=supplied, input=given)
+    except (RenderError, InputError, manifests.HelmError) as err:
+        meta = raw.get("metadata")
+        fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
+    return manifests.image_lines(found) if image_lines else manifests.as_yaml(found)
+
+
+@cli.command(name="manifests")
+@_render_inputs
+@_CHARTS_OPTION
+def manifests_command(xr_file: Path, required: tuple[Path, ...], input_file: Path | None, charts: Path | None) -> None:
+    """Print every Kubernetes object the stack installs on the ServingStack's cluster, as real Helm renders it.
+
+    Releases are expanded from the chart directory (``<chart>-<version>.tgz`` files; a clone's facts/helm/),
+    Objects and per-pool driver resources included; needs the helm extra.
+    """
+    logging.configure(logging.Level.DISABLED)
+    if charts is None:
+        fail("--charts DIR is required: the packaged charts to render (a clone's facts/helm/)")
+    raw = to_jsonable(read_one(xr_file, "ServingStack"))
+    assert raw is not None
+    click.echo(_installed(raw, charts, read_documents(required), to_jsonable(read_one(input_file, "Input"))), nl=False)
 
 
 cli.add_command(validate)

@@ -68,6 +68,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "function.fn",
                 "function.server",
                 "function.main",
+                "function.manifests",
                 "function.files",
                 "function.validate",
                 "function.library",
