@@ -48,10 +48,11 @@ def _docs(path: Path) -> list[dict[str, Any]]:
     return [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
 
 
-def _xr(cloud: str, accelerator: str) -> dict[str, Any]:
+def _xr(cloud: str, accelerator: str, kind: str = "Standard") -> dict[str, Any]:
     xr = _docs(EXAMPLE / "xr.yaml")[0]
     xr["spec"]["cloud"] = cloud
     xr["spec"]["accelerator"] = accelerator
+    xr["spec"]["stack"] = kind
     # The bank document matches by label; keep the example's labels.
     return xr
 
@@ -280,7 +281,7 @@ def _import_cost() -> tuple[float, float]:
     code = (
         "import time; t = time.perf_counter(); import function.fn, function.main; "
         "from function import stack; from function.model import Cloud, Accelerator; "
-        "[stack.load(Cloud(c), Accelerator(a)) for c, a in stack.available()]; "
+        "stack.every(); "
         "hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]; "
         "print(time.perf_counter() - t, hwm)"
     )
@@ -310,18 +311,18 @@ async def main(n: int, grpc_n: int, floor_n: int, *, floor_only: bool = False, r
         f"{'grpc p50':>10}{'grpc p99':>10}"
     )
     with serving(["function.main", "--insecure"]) as (address, _):
-        for cloud, accelerator in stack.available():
+        for cloud, accelerator, kind in stack.available():
             for label, required in (("none", []), ("bank", bank), ("bank+mem", bank)):
                 if label != "none" and not bank:
                     continue
-                req = await _final_request(_xr(cloud, accelerator), required)
+                req = await _final_request(_xr(cloud, accelerator, kind), required)
                 if label == "bank+mem":
                     await _with_last_status(req)
                 p50, p99, count, size = await _time_in_process(req, n)
                 g50, g99 = await _time_grpc(address, req, grpc_n)
                 print(
-                    f"{cloud + '/' + accelerator:<16}{label:<10}{count:>10}{size:>9}{p50:>9.3f}{p99:>9.3f}"
-                    f"{g50:>10.3f}{g99:>10.3f}"
+                    f"{stack.module_name(cloud, accelerator, kind):<16}{label:<10}{count:>10}{size:>9}"
+                    f"{p50:>9.3f}{p99:>9.3f}{g50:>10.3f}{g99:>10.3f}"
                 )
     await _floor_runs(floor_n, runs)
     seconds, rss = _import_cost()

@@ -54,12 +54,13 @@ def _rss_mb(pid: int) -> float:
 async def _mix() -> tuple[list[tuple[str, fnv1.RunFunctionRequest]], list[str]]:
     """The final request of every (stack, scenario) that renders; and the pairs that are refused (by design)."""
     mix, refused = [], []
-    for cloud, accelerator in stack.available():
+    for cloud, accelerator, kind in stack.available():
+        label = stack.module_name(cloud, accelerator, kind)
         for name, docs in SCENARIOS.items():
             try:
-                mix.append((f"{cloud}/{accelerator}+{name}", await _final_request(_xr(cloud, accelerator), docs)))
+                mix.append((f"{label}+{name}", await _final_request(_xr(cloud, accelerator, kind), docs)))
             except RenderError:
-                refused.append(f"{cloud}/{accelerator}+{name}")
+                refused.append(f"{label}+{name}")
     return mix, refused
 
 

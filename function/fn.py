@@ -20,7 +20,7 @@ from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
 from function.overrides.collect import secrets_policy
-from function.stack import select_stack
+from function.stack import refuse_switch, select_stack
 from function.status import StackStatus, converted_stack_status
 from function.transforms import Transform, apply_transforms
 from function.xr import observed_xr
@@ -49,6 +49,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         # Before anything is asked for or rendered: a secret outside the XR's reach renders nothing.
         tenancy.check_secrets(xr, name, secrets_policy(req))
         chosen = select_stack(xr)
+        refuse_switch(chosen, req.observed.resources, name)
         legacy_notes = legacy.notes(xr, cloud_given, chosen.id, chosen.driver_root, name)
         observed_stack = memory.observed_stack(req, serialized)
         found = overrides.collect(req, rsp, xr, observed_stack)

@@ -6,6 +6,9 @@ GKE, ``nvidiaDriverRoot``), and v0.3.1's XRD defaulted ``nvidiaDriverRoot``
 to ``/`` and every ``spec.versions`` pin, so stored objects carry them. Until
 the parent sets ``spec.cloud``, the cloud is inferred where the old fields
 leave no doubt, with a Warning saying what to set; otherwise it is a Fatal.
+Modelplane PR #406 (the Dynamo stack) moved the LeaderWorkerSet pin to
+``spec.standard`` and added ``spec.dynamo``'s; they go the way of
+``spec.versions``: a stored default is accepted, any other pin is a Fatal.
 """
 
 from __future__ import annotations
@@ -49,6 +52,25 @@ VERSION_COMPONENTS = {
 }
 
 
+# Modelplane PR #406's XRD defaults for its per-stack pins (apis/servingstacks/
+# definition.yaml@a3a11bc5 L178-207; recorded in facts/pr406-dynamo.yaml), and
+# where each pin is held now. Its compose-inference-cluster never sets them,
+# so a stored value is the default unless a person wrote another.
+PR406_PIN_DEFAULTS = {
+    ("standard", "leaderWorkerSet"): "v0.8.0",
+    ("dynamo", "grove"): "v0.1.0-alpha.6",
+    ("dynamo", "kaiScheduler"): "v0.16.8",
+    ("dynamo", "modelExpress"): "0.4.1",
+}
+PR406_PIN_HOLDS = {
+    ("standard", "leaderWorkerSet"): "servingStack.components.leader-worker-set.version",
+    ("dynamo", "grove"): "servingStack.components.grove.version",
+    ("dynamo", "kaiScheduler"): "servingStack.components.kai-scheduler.version",
+    # An image tag, not a chart: the Deployment's container image, by a manifest patch.
+    ("dynamo", "modelExpress"): "servingStack.components.modelexpress-server.manifest (the container image)",
+}
+
+
 def _evidence(spec: ServingStackSpec) -> tuple[set[Cloud], str]:
     """The clouds the v0.3.1 fields point at (one when they agree), and those fields in words."""
     identity = spec.identity()
@@ -70,6 +92,7 @@ def _evidence(spec: ServingStackSpec) -> tuple[set[Cloud], str]:
 def resolve(xr: ServingStack, name: str) -> ServingStack:
     """``xr`` with ``spec.cloud`` set; a Fatal where it is missing and cannot be told, or a v0.3.1 pin would be lost."""
     _check_versions(xr.spec, name)
+    _check_stack_pins(xr.spec, name)
     if xr.spec.cloud is not None:
         return xr
     clouds, words = _evidence(xr.spec)
@@ -116,4 +139,17 @@ def _check_versions(spec: ServingStackSpec, name: str) -> None:
         raise InputError(
             f"{name}: spec.versions.{field}: {pin} differs from v0.3.1's default {default}, and spec.versions "
             f"is deprecated and no longer read; {carry}"
+        )
+
+
+def _check_stack_pins(spec: ServingStackSpec, name: str) -> None:
+    for (group, field), default in PR406_PIN_DEFAULTS.items():
+        pins = getattr(spec, group)
+        pin = getattr(pins, field) if pins is not None else None
+        if pin is None or pin == default:
+            continue
+        raise InputError(
+            f"{name}: spec.{group}.{field}: {pin} differs from Modelplane PR #406's default {default}, and "
+            f"spec.{group} is deprecated and no longer read; hold it with an EnvironmentConfig "
+            f"({PR406_PIN_HOLDS[group, field]}) or remove the pin"
         )

@@ -26,7 +26,7 @@ from function import stack as stacks
 from function.errors import InputError
 from function.fn import FunctionRunner
 from function.main import cli
-from function.model import Accelerator, Cloud, ServingStack
+from function.model import Accelerator, Cloud, ServingStack, StackKind
 from function.offline import RenderError, RenderResult
 from function.overrides.collect import INPUT_API_VERSION, parse_environment_config
 from function.overrides.document import Document
@@ -51,14 +51,15 @@ __all__ = [
 ]
 
 
-def load_stack(cloud: str, accelerator: str = "NVIDIA") -> Stack:
-    """The generated stack for a cloud and accelerator; InputError naming the stacks that exist."""
+def load_stack(cloud: str, accelerator: str = "NVIDIA", kind: str = "Standard") -> Stack:
+    """The generated stack for a cloud, accelerator and stack kind; InputError naming the stacks that exist."""
     try:
-        chosen = stacks.load(Cloud(cloud), Accelerator(accelerator))
+        chosen = stacks.load(Cloud(cloud), Accelerator(accelerator), StackKind(kind))
     except ValueError:
         chosen = None
     if chosen is None:
-        raise InputError(f"no stack for {cloud}/{accelerator}; stacks exist for {stacks.existing()}")
+        what = "" if kind == StackKind.STANDARD else f"{kind} "
+        raise InputError(f"no {what}stack for {cloud}/{accelerator}; stacks exist for {stacks.existing()}")
     return chosen
 
 

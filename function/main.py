@@ -18,7 +18,6 @@ from function.errors import InputError
 from function.files import INPUT_OPTION, fail, read_documents, read_one
 from function.fn import FunctionRunner
 from function.inputs import GRPC_MAX_RECEIVE_BYTES
-from function.model import Accelerator, Cloud
 from function.offline import RenderError, fetch_resources
 from function.overrides import explain as explaining  # the module; `explain` is the command
 from function.overrides import pulls
@@ -33,11 +32,9 @@ from function.xr import parse_xr
 def _warm_up() -> None:
     """Before the first request arrives: load and convert every stack, read what planning and rendering read
     of it whatever the documents, then set the collector for serving."""
-    for cloud, accelerator in stack.available():
-        loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
-        if loaded is not None:
-            renderer(loaded).prepare(overrides.prepare(loaded).planned)
-            status.prepare(loaded)
+    for loaded in stack.every():
+        renderer(loaded).prepare(overrides.prepare(loaded).planned)
+        status.prepare(loaded)
     server.settle_heap()
 
 
@@ -296,14 +293,15 @@ def _every_stack() -> list[dict[str, Any]]:
         {
             "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
             "kind": "ServingStack",
-            "metadata": {"name": f"any-{stack.module_name(cloud, accelerator).replace('_', '-')}"},
+            "metadata": {"name": f"any-{stack.module_name(cloud, accelerator, kind).replace('_', '-')}"},
             "spec": {
                 "cloud": cloud,
                 "accelerator": accelerator,
+                "stack": kind,
                 "secrets": [{"type": "Kubeconfig", "name": "kubeconfig", "key": "kubeconfig"}],
             },
         }
-        for cloud, accelerator in stack.available()
+        for cloud, accelerator, kind in stack.available()
     ]
 
 

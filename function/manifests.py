@@ -202,7 +202,8 @@ def images(obj: Mapping[str, Any]) -> Iterator[str]:
     resources' image fields: a string under a key ending in ``image`` or
     ``Image`` (EnvoyProxy ``container.image``, DeviceConfig ``devicePluginImage``,
     ``initContainerImage``), an operand split into ``repository`` and ``image``
-    (ClusterPolicy, NVIDIADriver: ``{repository}/{image}:{version}``); and
+    (ClusterPolicy, NVIDIADriver: ``{repository}/{image}:{version}``) or an ``image`` map of
+    ``repository``, ``name`` and ``tag`` (KAI's Config); and
     env vars whose name holds IMAGE (KMM's ``RELATED_IMAGE_*``), not their pull
     secrets or policies; container flags whose value is a full image reference; and
     ConfigMap data that is a controller's YAML configuration. An operand its
@@ -223,6 +224,12 @@ def images(obj: Mapping[str, Any]) -> Iterator[str]:
 def _walk(node: Any, key: str) -> Iterator[str]:
     if isinstance(node, dict):
         if node.get("enabled") is False:
+            return
+        name, prefix = node.get("name"), node.get("repository")
+        if key == "image" and isinstance(name, str) and isinstance(prefix, str) and name and prefix:
+            # KAI's Config: {repository}/{name}:{tag} (KAI-Scheduler pkg/apis/kai/v1/common/image.go Url).
+            tag = node.get("tag")
+            yield f"{prefix}/{name}:{tag}" if isinstance(tag, str) and tag else f"{prefix}/{name}"
             return
         repository, image = node.get("repository"), node.get("image")
         split = isinstance(repository, str) and bool(repository) and isinstance(image, str) and "/" not in image

@@ -47,6 +47,19 @@ class Accelerator(StrEnum):
     AMD = "AMD"
 
 
+class StackKind(StrEnum):
+    """Which serving stack the cluster runs, as Modelplane PR #406 spells it (``spec.stack``).
+
+    Standard gangs run as LeaderWorkerSets; Dynamo replaces LeaderWorkerSet by
+    NVIDIA Grove, the KAI Scheduler and a ModelExpress server. Fixed for a
+    cluster's life: switching would uninstall one gang backend under the
+    workloads running on it.
+    """
+
+    STANDARD = "Standard"
+    DYNAMO = "Dynamo"
+
+
 class SecretEntry(StrictModel):
     type: str
     name: str = Field(min_length=1)
@@ -90,17 +103,35 @@ class LegacyVersions(StrictModel):
     nvidiaDraDriver: str | None = None  # noqa: N815
 
 
+class LegacyStandardPins(StrictModel):
+    """PR #406's ``spec.standard``: the LeaderWorkerSet chart pin. Deprecated; see ``function.legacy``."""
+
+    leaderWorkerSet: str | None = None  # noqa: N815 - Kubernetes field name
+
+
+class LegacyDynamoPins(StrictModel):
+    """PR #406's ``spec.dynamo``: Grove and KAI chart pins, the ModelExpress image tag. Deprecated (function.legacy)."""
+
+    grove: str | None = None
+    kaiScheduler: str | None = None  # noqa: N815 - Kubernetes field names
+    modelExpress: str | None = None  # noqa: N815
+
+
 class ServingStackSpec(StrictModel):
     # None only on a ServingStack written for v0.3.1: function.legacy infers
     # it or refuses, before anything reads it.
     cloud: Cloud | None = None
     accelerator: Accelerator = Accelerator.NVIDIA
+    stack: StackKind = StackKind.STANDARD
     secrets: list[SecretEntry] = Field(default_factory=list)
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
     # Deprecated v0.3.1 fields, still accepted so the ServingStacks v0.3.1's
     # InferenceCluster writes keep reconciling (function.legacy).
     nvidiaDriverRoot: str | None = None  # noqa: N815
     versions: LegacyVersions | None = None
+    # Deprecated PR #406 pins, likewise (its XRD defaulted and stored them).
+    standard: LegacyStandardPins | None = None
+    dynamo: LegacyDynamoPins | None = None
 
     # Crossplane v2 keeps its own machinery (compositionRef, resourceRefs …)
     # under spec.crossplane; it is not ours to judge.

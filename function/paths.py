@@ -1,4 +1,11 @@
-"""Dot paths into nested maps (Helm's ``a.b.c`` notation)."""
+"""Dot paths into nested maps (Helm's ``a.b.c`` notation).
+
+A part ``key[field=value]`` steps into the element of the list at ``key``
+whose ``field`` is ``value``: a chart that takes an image from an env list
+(Grove's ``deployment.env[name=GROVE_INIT_CONTAINER_IMAGE].value``). A write
+where there is none appends ``{field: value}`` to the list (made if missing),
+as setting an env var by name would; the list's other elements stay.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,30 @@ from typing import Any, NamedTuple
 def get_path(data: Any, path: str, default: Any = None) -> Any:
     node = data
     for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if "[" in part:
+            node = element(node, part)
+            if node is None:
+                return default
+        elif not isinstance(node, dict) or part not in node:
             return default
-        node = node[part]
+        else:
+            node = node[part]
     return node
+
+
+def _selector(part: str) -> tuple[str, str, str]:
+    key, _, selector = part.partition("[")
+    field, _, value = selector.removesuffix("]").partition("=")
+    return key, field, value
+
+
+def element(node: Any, part: str) -> dict[str, Any] | None:
+    """The list element a ``key[field=value]`` part names in ``node``; None where there is none."""
+    key, field, value = _selector(part)
+    items = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(items, list):
+        return None
+    return next((i for i in items if isinstance(i, dict) and i.get(field) == value), None)
 
 
 def set_path(data: dict[str, Any], path: str, value: Any) -> None:
@@ -49,6 +76,17 @@ def opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[s
     as :func:`set_path` makes them: ``opened(data, parents)[key] = value`` sets the value there."""
     node = data
     for part in parents:
+        if "[" in part:
+            found = element(node, part)
+            if found is None:
+                key, field, value = _selector(part)
+                items = node.get(key)
+                if not isinstance(items, list):
+                    items = node[key] = []
+                found = {field: value}
+                items.append(found)
+            node = found
+            continue
         child = node.get(part)
         if not isinstance(child, dict):
             child = node[part] = {}

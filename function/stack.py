@@ -19,6 +19,7 @@ snake_case here and camelCase in the data.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Any, Literal
@@ -28,7 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from function.__version__ import __version__
 from function.errors import InputError, describe
-from function.model import Accelerator, Cloud, ServingStack
+from function.model import Accelerator, Cloud, ServingStack, StackKind
 from function.xr import name_of
 
 # Unknown fields are refused (a typo in stacks/*.yaml, or generated data from
@@ -223,6 +224,9 @@ class Stack:
     provenance: Provenance
     driver: CheckedDriver
     components: tuple[CheckedComponent, ...]
+    # spec.stack it serves; Standard, the default, is left out of the data (the
+    # Standard modules read as before the Dynamo stacks came).
+    kind: Literal["Standard", "Dynamo"] = "Standard"
 
     @property
     def driver_root(self) -> str:
@@ -259,17 +263,18 @@ def to_data(value: Stack | Component) -> dict[str, Any]:
     return data
 
 
-def module_name(cloud: str, accelerator: str) -> str:
-    """The generated module serving a cloud/accelerator pair, e.g. ``eks_nvidia``."""
-    return f"{cloud.lower()}_{accelerator.lower()}"
+def module_name(cloud: str, accelerator: str, kind: str = StackKind.STANDARD) -> str:
+    """The generated module serving a cloud/accelerator/stack kind, e.g. ``eks_nvidia``, ``eks_nvidia_dynamo``."""
+    base = f"{cloud.lower()}_{accelerator.lower()}"
+    return base if kind == StackKind.STANDARD else f"{base}_{kind.lower()}"
 
 
 @cache
-def available() -> tuple[tuple[str, str], ...]:
-    """Every (cloud, accelerator) pair that has a generated stack."""
+def available() -> tuple[tuple[str, str, str], ...]:
+    """Every (cloud, accelerator, stack kind) that has a generated stack."""
     index = importlib.import_module("function.generated")
-    pairs: tuple[tuple[str, str], ...] = tuple(index.STACKS)
-    return pairs
+    triples: tuple[tuple[str, str, str], ...] = tuple(index.STACKS)
+    return triples
 
 
 def versions() -> dict[str, str]:
@@ -283,34 +288,79 @@ def versions() -> dict[str, str]:
     }
 
 
+def load(cloud: Cloud, accelerator: Accelerator, kind: StackKind = StackKind.STANDARD) -> Stack | None:
+    """The stack for a cloud, accelerator and kind, parsed once per process; None when none is generated."""
+    return _loaded(cloud, accelerator, kind)  # one cache key per stack, however the kind was given
+
+
 @cache
-def load(cloud: Cloud, accelerator: Accelerator) -> Stack | None:
-    """The stack for a pair, parsed once per process; None when none is generated."""
-    if (cloud.value, accelerator.value) not in available():
+def _loaded(cloud: Cloud, accelerator: Accelerator, kind: StackKind) -> Stack | None:
+    return read_stack(cloud, accelerator, kind)
+
+
+def read_stack(cloud: Cloud, accelerator: Accelerator, kind: StackKind = StackKind.STANDARD) -> Stack | None:
+    """The stack parsed from its generated module anew (``load`` keeps it); None when none is generated."""
+    if (cloud.value, accelerator.value, kind.value) not in available():
         return None
-    name = module_name(cloud.value, accelerator.value)
+    name = module_name(cloud.value, accelerator.value, kind.value)
     return from_data(importlib.import_module(f"function.generated.{name}").STACK, f"function/generated/{name}.py")
 
 
 def select_stack(xr: ServingStack) -> Stack:
-    """The stack for the XR's cloud and accelerator; InputError naming the stacks that exist."""
+    """The stack for the XR's cloud, accelerator and spec.stack; InputError naming the stacks that exist."""
     assert xr.spec.cloud is not None, "set or inferred by parse_xr"
-    chosen = load(xr.spec.cloud, xr.spec.accelerator)
-    if chosen is None:
+    chosen = load(xr.spec.cloud, xr.spec.accelerator, xr.spec.stack)
+    if chosen is not None:
+        return chosen
+    if load(xr.spec.cloud, xr.spec.accelerator) is None:
         raise InputError(
             f"{name_of(xr)}: spec.accelerator: no {xr.spec.accelerator.value} stack for cloud "
             f"{xr.spec.cloud.value}; stacks exist for {existing()}"
         )
-    return chosen
+    raise InputError(
+        f"{name_of(xr)}: spec.stack: no {xr.spec.stack.value} stack for {xr.spec.cloud.value}/"
+        f"{xr.spec.accelerator.value}; stacks exist for {existing()}"
+    )
+
+
+def refuse_switch(chosen: Stack, observed: Collection[str], name: str) -> None:
+    """InputError when the observed resources hold components only another kind of this cluster's stack has.
+
+    spec.stack is immutable in the XRD; this guards what the API server
+    cannot see (an XRD without the rule, a ServingStack recreated over a
+    running cluster): rendering the other kind would uninstall one gang
+    backend and install another under the workloads running on the first.
+    """
+    own = {c.key for c in chosen.components}
+    for kind in StackKind:
+        other = load(Cloud(chosen.cloud), Accelerator(chosen.accelerator), kind)
+        if other is None or other is chosen:
+            continue
+        theirs = sorted(k for k in (c.key for c in other.components) if k not in own and k in observed)
+        if theirs:
+            raise InputError(
+                f"{name}: spec.stack: {chosen.kind}, but the cluster runs the {kind.value} stack ({', '.join(theirs)} "
+                f"observed); spec.stack cannot change on a live cluster: set it back to {kind.value}, or "
+                "recreate the cluster to change its serving stack"
+            )
+
+
+_KIND_ORDER = [k.value for k in StackKind]  # Standard first
 
 
 def existing() -> str:
-    """The generated stacks' cloud/accelerator pairs, for a message refusing another pair."""
-    return ", ".join(f"{c}/{a}" for c, a in available())
+    """The generated stacks' cloud/accelerator pairs, with kinds beyond Standard, for a message refusing another."""
+    kinds: dict[str, list[str]] = {}
+    for c, a, k in available():
+        kinds.setdefault(f"{c}/{a}", []).append(k)
+    return ", ".join(
+        pair + ("" if ks == [StackKind.STANDARD] else f" ({', '.join(sorted(ks, key=_KIND_ORDER.index))})")
+        for pair, ks in kinds.items()
+    )
 
 
 @cache
 def every() -> tuple[Stack, ...]:
     """Every generated stack, in the generated index's order."""
-    loaded = (load(Cloud(c), Accelerator(a)) for c, a in available())
+    loaded = (load(Cloud(c), Accelerator(a), StackKind(k)) for c, a, k in available())
     return tuple(s for s in loaded if s is not None)

@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 from google.protobuf import json_format, struct_pb2
 
 from function.cache import MIB, BoundedCache
+from function.paths import element
 
 
 def copy_tree(node: Any) -> Any:
@@ -47,6 +48,17 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
     for parts in maps:
         node = root
         for part in parts:
+            if "[" in part:  # a list element (function.paths): the list and the element copied
+                key = part.partition("[")[0]
+                if not isinstance(node.get(key), list):
+                    break
+                items = node[key] = [dict(i) if isinstance(i, dict) else i for i in node[key]]
+                found = element(node, part)
+                if found is None:
+                    break
+                copied.update(id(i) for i in items)
+                node = found
+                continue
             child = node.get(part)
             if not isinstance(child, dict):
                 break  # what is written below here is created fresh

@@ -10,12 +10,13 @@ import yaml
 
 from function.__version__ import __version__
 from function.paths import get_path
-from function.stack import AicrProvenance, ChartRef, Component, Provenance, Stack, to_data
+from function.stack import AicrProvenance, ChartRef, Component, Provenance, Stack, module_name, to_data
 from function.values import deep_merge
 from generator import comments, emit, lock
 from generator.stackfile import (
     CATALOGUE,
     CHARTS,
+    VARIANTS,
     Catalogue,
     ChartFacts,
     Charts,
@@ -25,12 +26,13 @@ from generator.stackfile import (
     StackFileError,
     read,
     stack_paths,
+    variant_files,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 STACKS_DIR = REPO / "stacks"
 FACTS_DIR = REPO / "facts"
-MANIFESTS = "manifests"  # facts/manifests/: the external manifests stacks ship, by file name
+MANIFESTS = "manifests"  # facts/manifests/: the external manifests stacks ship, by file name (and extra-manifests/)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def _expand(
     if spec.manifest is not None:
         return [_object(key, deep_merge(spec.manifest, patch.manifest), spec, "platform")]
     if spec.manifestFile is not None:
-        path = facts / MANIFESTS / spec.manifestFile.file
+        path = facts / spec.manifestFile.folder / spec.manifestFile.file
         try:
             docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         except OSError as err:
@@ -246,6 +248,7 @@ def build_stack(
         id=stack_file.id,
         cloud=stack_file.cloud,
         accelerator=stack_file.accelerator,
+        kind=stack_file.kind,
         provenance=Provenance(
             generator=__version__,
             aicr=AicrProvenance(
@@ -283,23 +286,39 @@ def generate(inputs: Inputs) -> dict[str, str]:
     charts = read(inputs.stacks / CHARTS, Charts)
     locked = lock.read(inputs.facts)
     texts = {name: (inputs.stacks / name).read_text() for name in (CATALOGUE, CHARTS)}
-    built: list[tuple[Path, StackFile, Stack, dict[str, str]]] = []
+    variants = inputs.stacks / VARIANTS
+    variant_text = variants.read_text() if variants.is_file() else ""
+    # (the file its comments come from, the stack file, its own comments beyond that file's, the stack)
+    built: list[tuple[Path, StackFile, tuple[str, ...], Stack, dict[str, str]]] = []
     files: dict[str, str] = {}
-    for path in stack_paths(inputs.stacks):
-        stack_file = read(path, StackFile)
-        name = f"{stack_file.cloud.lower()}_{stack_file.accelerator.lower()}.py"
+    stack_files = [(path, read(path, StackFile)) for path in stack_paths(inputs.stacks)]
+    by_id = {f.id: path for path, f in stack_files}
+    made = [
+        (
+            by_id[base.id],
+            variant,
+            _titled(
+                f"stacks/{VARIANTS} variants.{variant.kind}:", comments.section(variant_text, "variants", variant.kind)
+            ),
+        )
+        for variant, base in variant_files(inputs.stacks, [f for _, f in stack_files])
+    ]
+    for path, stack_file, extra in [(p, f, ()) for p, f in stack_files] + made:
+        name = f"{module_name(stack_file.cloud, stack_file.accelerator, stack_file.kind)}.py"
         if name in files:
-            raise StackFileError(f"{path.name}: a second stack for {stack_file.cloud}/{stack_file.accelerator}")
+            raise StackFileError(
+                f"{path.name}: a second {stack_file.kind} stack for {stack_file.cloud}/{stack_file.accelerator}"
+            )
         files[name] = ""
-        built.append((path, stack_file, *build_stack(stack_file, catalogue, charts, locked, inputs)))
+        built.append((path, stack_file, extra, *build_stack(stack_file, catalogue, charts, locked, inputs)))
     taken: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for _, _, stack, _ in built:
+    for _, _, _, stack, _ in built:
         for component in stack.components:
             taken.setdefault(component.key, []).append((stack.id, to_data(component)))
     names = emit.name_blocks(taken)
     blocks: dict[str, emit.Block] = {}
     commented: set[str] = set()  # catalogue entries whose comments a block carries already
-    for path, stack_file, stack, sources in built:
+    for path, stack_file, extra, stack, sources in built:
         refs: list[tuple[str, tuple[str, ...]]] = []
         text = path.read_text()
         patched: set[str] = set()
@@ -322,10 +341,15 @@ def generate(inputs: Inputs) -> dict[str, str]:
                     comments=why,
                 )
         own = [
-            line for s in ("aicr", "driver") for line in _titled(f"stacks/{path.name} {s}:", comments.section(text, s))
+            *extra,
+            *(
+                line
+                for s in ("aicr", "driver")
+                for line in _titled(f"stacks/{path.name} {s}:", comments.section(text, s))
+            ),
         ]
         module = emit.StackModule(stack=stack, refs=tuple(refs), comments=tuple(own))
-        files[f"{stack_file.cloud.lower()}_{stack_file.accelerator.lower()}.py"] = emit.module_text(module)
+        files[f"{module_name(stack_file.cloud, stack_file.accelerator, stack_file.kind)}.py"] = emit.module_text(module)
     files[f"{emit.COMPONENTS_MODULE}.py"] = emit.components_text(sorted(blocks.values(), key=lambda b: b.name))
-    files["__init__.py"] = emit.index_text(sorted((f.cloud, f.accelerator) for _, f, _, _ in built), locked)
+    files["__init__.py"] = emit.index_text(sorted((f.cloud, f.accelerator, f.kind) for _, f, _, _, _ in built), locked)
     return files

@@ -101,7 +101,13 @@ def collect(shared: Path, recipes: Path, release: lock.AicrRelease) -> dict[str,
         {c.aicr for c in catalogue.components.values() if c.aicr},
     )
     files = {f"aicr/{lock.LOCK_FILE}": lock.text(locked).encode()}
-    manifests = sorted({c.manifestFile.file for c in catalogue.components.values() if c.manifestFile})
+    manifests = sorted(
+        {
+            c.manifestFile.file
+            for c in catalogue.components.values()
+            if c.manifestFile and c.manifestFile.folder == MANIFESTS
+        }
+    )
     copied = _copies(shared, manifests, {})
     files |= {f"{MANIFESTS}/{name}": data for name, data in copied.items()}
     crd_dir = shared / "crds"

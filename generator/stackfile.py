@@ -25,9 +25,11 @@ from function.strictmodel import StrictModel as Strict
 
 
 class ManifestFile(Strict):
-    """One Object per document of an external manifest kept in ``facts/manifests/``."""
+    """One Object per document of an external manifest kept in ``facts/manifests/`` or ``facts/extra-manifests/``."""
 
-    file: str  # its name in facts/manifests/ (and in the shared directory `./dev refresh` copies from)
+    file: str  # its name in facts/<folder>/ (manifests: also in the shared directory `./dev refresh` copies from)
+    # extra-manifests: a checked copy the shared directory lacks (its SOURCES.yaml names the origin).
+    folder: Literal["manifests", "extra-manifests"] = "manifests"
     keyPrefix: str  # noqa: N815 - component key = prefix + metadata.name
     # Server-owned fields: left in, the Object would re-apply on every reconcile.
     strip: list[str] = Field(default_factory=lambda: ["status", "metadata.creationTimestamp"])
@@ -85,10 +87,22 @@ class StackFile(Strict):
     id: str
     cloud: str
     accelerator: Literal["NVIDIA", "AMD"]
+    kind: Literal["Standard", "Dynamo"] = "Standard"  # the spec.stack it serves
     aicr: AicrSource
     driver: CheckedDriver  # the generated shape, as written
     use: list[str]  # catalogue sets, in order
     components: dict[str, ComponentPatch] = Field(default_factory=dict)
+
+
+class Variant(Strict):
+    """Another kind of stack made from stack files: the same query, driver and patches, other catalogue sets."""
+
+    of: list[str]  # ids of the stack files it is a variant of; each variant's id is <id>-<kind, lower case>
+    sets: dict[str, str]  # a set of theirs -> the set taking its place
+
+
+class Variants(Strict):
+    variants: dict[Literal["Dynamo"], Variant]
 
 
 class NotDeployed(Strict):
@@ -137,12 +151,40 @@ class StackFileError(Exception):
 
 T = TypeVar("T", bound=BaseModel)
 
-CATALOGUE, CHARTS = "platform.yaml", "charts.yaml"
+CATALOGUE, CHARTS, VARIANTS = "platform.yaml", "charts.yaml", "variants.yaml"
 
 
 def stack_paths(stacks: Path) -> list[Path]:
-    """The per-stack files: every YAML file in ``stacks`` but the catalogue and the chart facts."""
-    return [p for p in sorted(stacks.glob("*.yaml")) if p.name not in (CATALOGUE, CHARTS)]
+    """The per-stack files: every YAML file in ``stacks`` but the catalogue, the chart facts and the variants."""
+    return [p for p in sorted(stacks.glob("*.yaml")) if p.name not in (CATALOGUE, CHARTS, VARIANTS)]
+
+
+def every_stack_file(stacks: Path) -> list[StackFile]:
+    """The stack files, then the variants made from them."""
+    files = [read(p, StackFile) for p in stack_paths(stacks)]
+    return files + [made for made, _ in variant_files(stacks, files)]
+
+
+def variant_files(stacks: Path, files: list[StackFile]) -> list[tuple[StackFile, StackFile]]:
+    """Each variant ``variants.yaml`` declares, as a stack file, with the stack file it is made from."""
+    path = stacks / VARIANTS
+    if not path.is_file():
+        return []
+    declared = read(path, Variants)
+    by_id = {f.id: f for f in files}
+    out: list[tuple[StackFile, StackFile]] = []
+    for kind, variant in sorted(declared.variants.items()):
+        for base_id in variant.of:
+            base = by_id.get(base_id)
+            if base is None:
+                raise StackFileError(f"{VARIANTS}: variants.{kind}.of: no stack file has id {base_id}")
+            missing = sorted(set(variant.sets) - set(base.use))
+            if missing:
+                raise StackFileError(f"{VARIANTS}: variants.{kind}: {base_id} uses no set {', '.join(missing)}")
+            use = [variant.sets.get(name, name) for name in base.use]
+            made = base.model_copy(update={"id": f"{base_id}-{kind.lower()}", "kind": kind, "use": use})
+            out.append((made, base))
+    return out
 
 
 def read(path: Path, model: type[T]) -> T:

@@ -111,7 +111,7 @@ def test_no_other_cache_in_the_runtime() -> None:
     # functools.cache only where the key is one of the few generated stacks (see function/cache.py).
     allowed = {
         ("stack.py", "available"),
-        ("stack.py", "load"),
+        ("stack.py", "_loaded"),
         ("stack.py", "every"),
         ("compose.py", "renderer"),
         ("apply.py", "_generated"),

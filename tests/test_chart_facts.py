@@ -8,10 +8,12 @@ tests/test_chart_images.py.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
+from function.paths import get_path
 from function.stack import ImageRef, PdbPaths
 from tests.support.charts import CHARTS, inventory
 
@@ -19,12 +21,7 @@ _MISSING = object()
 
 
 def value(chart: str, path: str) -> Any:
-    node: Any = inventory(chart)["values"]
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
+    return get_path(inventory(chart)["values"], path, _MISSING)
 
 
 def read_by_chart(chart: str, path: str) -> bool:
@@ -37,7 +34,8 @@ def read_by_chart(chart: str, path: str) -> bool:
     if path in referenced:
         return True
     parts = path.split(".")
-    ancestors = {".".join(parts[:i]) for i in range(1, len(parts))}
+    # A list element (``env[name=X]``) sits in the list the template takes.
+    ancestors = {re.sub(r"\[[^]]*\]$", "", ".".join(parts[:i])) for i in range(1, len(parts))}
     return bool(ancestors & referenced) and isinstance(value(chart, ".".join(parts[:-1])), dict)
 
 
@@ -78,10 +76,18 @@ def _budgets(chart: str) -> list[PdbPaths]:
 
 
 @pytest.mark.parametrize("chart", sorted(c for c in CHARTS if _budgets(c)))
-def test_budgets_name_both_fields_the_chart_reads(chart: str) -> None:
+def test_budgets_name_every_field_the_chart_reads(chart: str) -> None:
     # The shortcut writes one of minAvailable/maxUnavailable and nulls the
     # other: a chart default beside a user's value is rejected by the API server.
+    referenced = set(inventory(chart)["templateValues"])
     for budget in _budgets(chart):
-        assert budget.min_available and budget.max_unavailable, f"{chart}: {budget}"
+        given = [p for p in (budget.min_available, budget.max_unavailable) if p]
+        assert given, f"{chart}: {budget}"
+        if len(given) == 1:
+            # One field only where the templates read no other (kai-scheduler's
+            # Config takes enabled and maxUnavailable, pkg/apis/kai/v1/common/service.go).
+            parent, _, field = given[0].rpartition(".")
+            other = "maxUnavailable" if field == "minAvailable" else "minAvailable"
+            assert f"{parent}.{other}" not in referenced, f"{chart}: {parent}.{other} is read but not declared"
         for path in (budget.enabled, budget.min_available, budget.max_unavailable):
             assert path is None or read_by_chart(chart, path), f"{chart}: {path}"

@@ -17,7 +17,7 @@ from tests.support.repo import EXAMPLE, load_docs
 from tests.support.xr import XRD
 
 
-@pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml"])
+@pytest.mark.parametrize("name", ["xr.yaml", "xr-existing.yaml", "dynamo/xr-dynamo.yaml", "dynamo/xr-dynamo-dev.yaml"])
 def test_example_xr_is_valid_for_the_xrd(xr_index: k8s_schema.CRDIndex, name: str) -> None:
     assert xr_index.validate(load_docs(EXAMPLE / name)[0]) == []
 

@@ -42,9 +42,7 @@ EXAMPLE_DOCS = [d for d in load_docs(EXAMPLE / "environmentconfigs") if d.get("k
 
 def _keys() -> list[str]:
     keys: set[str] = set()
-    for cloud, accelerator in stack.available():
-        loaded = stack.load(Cloud(cloud), Accelerator(accelerator))
-        assert loaded is not None
+    for loaded in stack.every():
         keys.update(c.key for c in loaded.components)
     return sorted(keys)
 

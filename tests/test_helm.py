@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import yaml
 
-from function import stack
+from function import manifests, stack
 from function.helm import Charts, Rendered, helm_version, release_chart, render_release
-from function.model import Accelerator, Cloud
+from function.model import Accelerator, Cloud, StackKind
 from generator import chart_packages
 from tests.support.crossplane import desired
-from tests.support.overrides import BANK_HOST, PAIRS, bank, ec, overridden, policy_input
+from tests.support.overrides import BANK_HOST, STACKS, bank, ec, overridden, policy_input
 from tests.support.parity import chart_repositories, reference_source
 from tests.support.repo import REPO
 from tests.support.xr import make_xr
@@ -38,8 +38,10 @@ HELM = REPO / "facts" / "helm"
 CHARTS = Charts(HELM)
 EXAMPLES = REPO / "example" / "expected"
 #: Example Releases pinned to a chart version the repository does not keep packaged: prod-hold holds
-#: cert-manager at v1.17.1, what v0.3.1 clusters run; the reference sources hold only the pinned charts.
-NOT_PACKAGED = {("cert-manager", "v1.17.1")}
+#: cert-manager at v1.17.1, what v0.3.1 clusters run; dynamo-dev-next stages Grove and KAI ahead
+#: (facts/staged-charts.yaml). The reference sources hold only the pinned charts.
+STAGED = yaml.safe_load((REPO / "facts" / "staged-charts.yaml").read_text())
+NOT_PACKAGED = {("cert-manager", "v1.17.1")} | {(c["chart"], c["version"]) for c in STAGED["components"].values()}
 
 
 def releases(resources: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -53,55 +55,26 @@ def installed(resources: dict[str, dict[str, Any]]) -> dict[str, list[Rendered]]
 
 # --- what an object holds ---------------------------------------------------------------------------------
 
-#: Keys whose string value is an image reference wherever they appear (``image``, ``initContainerImage``,
-#: ``driverImage``...), and keys that name the registry an operator builds or pulls into.
-_IMAGE_KEY = re.compile(r"(?i)^(.*image|baseImageRegistry)$")
-#: A ConfigMap value that is a YAML document of its own (Envoy Gateway's envoy-gateway.yaml, KAI's configs).
+#: A ConfigMap value that is a YAML document of its own (KAI's kai-config Config).
 _YAML_DOC = re.compile(r"^\s*[A-Za-z]+:")
 
 
-def _walk(node: Any, key: str = "") -> Iterator[str]:
+def _registries(node: Any) -> Iterator[str]:
+    """The registries an operator builds or pulls driver images into (DeviceConfig ``baseImageRegistry``)."""
     if isinstance(node, dict):
-        if node.get("enabled") is False:
-            # An operand its operator resource switches off is never deployed (ClusterPolicy
-            # <operand>.enabled: gpu-operator controllers/state_manager.go skips it); its image is unused.
-            return
-        # An operand split into repository (the registry path) and image (ClusterPolicy, NVIDIADriver).
-        repo, image = node.get("repository"), node.get("image")
-        if isinstance(repo, str) and isinstance(image, str) and repo and image and "/" not in image:
-            yield f"{repo}/{image}"
         for k, v in node.items():
-            if k == "image" and isinstance(repo, str) and repo and isinstance(v, str) and "/" not in v:
-                continue
-            if k == "env" and isinstance(v, list):
-                yield from (e["value"] for e in v if _image_env(e))
-            yield from _walk(v, str(k))
+            if k == "baseImageRegistry" and isinstance(v, str) and v:
+                yield v
+            yield from _registries(v)
     elif isinstance(node, list):
         for item in node:
-            yield from _walk(item, key)
-    elif isinstance(node, str) and node and _IMAGE_KEY.match(key):
-        yield node
-
-
-def _image_env(entry: Any) -> bool:
-    """An env var handing a controller an image to run (KMM's RELATED_IMAGE_*, not its *_PULL_SECRET)."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("value"), str) or not entry["value"]:
-        return False
-    name = str(entry.get("name", "")).upper()
-    return "IMAGE" in name and not name.endswith(("SECRET", "POLICY"))
+            yield from _registries(item)
 
 
 def images(obj: dict[str, Any]) -> list[str]:
-    """Every image reference an object names, ConfigMap data documents included."""
-    found = list(_walk({k: v for k, v in obj.items() if k != "metadata"}))
-    if obj.get("kind") == "ConfigMap":
-        for text in (obj.get("data") or {}).values():
-            if isinstance(text, str) and _YAML_DOC.match(text):
-                try:
-                    found += _walk(yaml.safe_load(text))
-                except yaml.YAMLError:
-                    continue
-    return found
+    """Every image an object runs or hands a controller (``function images --charts`` reads the same),
+    and the registries an operator builds into."""
+    return [*manifests.images(obj), *_registries(obj.get("spec"))]
 
 
 def in_mirror(ref: str) -> bool:
@@ -116,44 +89,72 @@ def pdb_budgets(objects: list[Rendered]) -> dict[str, list[str]]:
     }
 
 
+def operator_budgets(objects: list[Rendered]) -> dict[str, list[str]]:
+    """The budgets of PodDisruptionBudgets an operator builds from a resource the chart hands it in a
+    ConfigMap (KAI: the kai-config Config its post-install hook applies, whose admission
+    podDisruptionBudget the operator turns into the PDB; templates/_helpers.tpl kai-scheduler.kai-config)."""
+    found: dict[str, list[str]] = {}
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "podDisruptionBudget" and isinstance(v, dict):
+                    found[where] = sorted(f for f in ("minAvailable", "maxUnavailable") if f in v)
+                else:
+                    walk(v, f"{where}.{k}")
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, where)
+
+    for r in objects:
+        if r.object.get("kind") == "ConfigMap":
+            for name, text in (r.object.get("data") or {}).items():
+                if isinstance(text, str) and _YAML_DOC.match(text):
+                    for doc in yaml.safe_load_all(text):
+                        walk(doc, f"{r.template} {name}")
+    return found
+
+
 # --- scenarios --------------------------------------------------------------------------------------------
 
 
 @functools.cache
-def loaded(cloud: str, accelerator: str) -> stack.Stack:
-    got = stack.load(Cloud(cloud), Accelerator(accelerator))
+def loaded(cloud: str, accelerator: str, kind: str) -> stack.Stack:
+    got = stack.load(Cloud(cloud), Accelerator(accelerator), StackKind(kind))
     assert got is not None
     return got
 
 
-def shortcuts_document(cloud: str, accelerator: str, budget: str) -> dict[str, Any]:
+def shortcuts_document(cloud: str, accelerator: str, kind: str, budget: str) -> dict[str, Any]:
     """Every shortcut on every component that declares it: replicas, resources, a budget of one kind."""
     components: dict[str, Any] = {}
-    for comp in loaded(cloud, accelerator).components:
+    for comp in loaded(cloud, accelerator, kind).components:
         entry: dict[str, Any] = {}
         if comp.replicas:
             entry["replicas"] = 2
         if comp.resources:
             entry["resources"] = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
-        if comp.pod_disruption_budgets:
+        field = "min_available" if budget == "minAvailable" else "max_unavailable"
+        # (A budget kind a chart lacks is a Fatal: KAI's admission PDB takes maxUnavailable only.)
+        if comp.pod_disruption_budgets and all(getattr(p, field) for p in comp.pod_disruption_budgets):
             entry["podDisruptionBudget"] = {budget: 1}
         if entry:
             components[comp.key] = entry
     return {"components": components}
 
 
-def bank_document(cloud: str, accelerator: str) -> dict[str, Any]:
+def bank_document(cloud: str, accelerator: str, kind: str) -> dict[str, Any]:
     """The bank's strict mirror, with per-pool drivers where the stack's GPU Operator manages the driver."""
     doc = bank()
-    if loaded(cloud, accelerator).driver.source == "gpu-operator":
+    if loaded(cloud, accelerator, kind).driver.source == "gpu-operator":
         version = "6.4" if accelerator == "AMD" else "580.105.08"
         doc["drivers"] = [{"name": "pool-a", "nodeSelector": {"modelplane.ai/pool": "a"}, "version": version}]
     return doc
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
-def test_every_release_installs_plain(cloud: str, accelerator: str) -> None:
-    got = installed(desired(overridden(make_xr(cloud, accelerator))))
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), STACKS)
+def test_every_release_installs_plain(cloud: str, accelerator: str, kind: str) -> None:
+    got = installed(desired(overridden(make_xr(cloud, accelerator, stack=kind))))
     assert got and all(got.values())
     for key, objects in got.items():
         budgets = pdb_budgets(objects).values()
@@ -161,23 +162,29 @@ def test_every_release_installs_plain(cloud: str, accelerator: str) -> None:
 
 
 @pytest.mark.parametrize("budget", ["minAvailable", "maxUnavailable"])
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), STACKS)
 def test_every_shortcut_on_every_component_installs_with_one_budget_field(
-    cloud: str, accelerator: str, budget: str
+    cloud: str, accelerator: str, kind: str, budget: str
 ) -> None:
-    document = shortcuts_document(cloud, accelerator, budget)
-    got = installed(desired(overridden(make_xr(cloud, accelerator), ec("shortcuts", document))))
+    document = shortcuts_document(cloud, accelerator, kind, budget)
+    got = installed(desired(overridden(make_xr(cloud, accelerator, stack=kind), ec("shortcuts", document))))
     budgeted = [k for k, v in document["components"].items() if "podDisruptionBudget" in v and k in got]
     for key in budgeted:
-        budgets = pdb_budgets(got[key])
+        budgets = pdb_budgets(got[key]) or operator_budgets(got[key])
         assert budgets, f"{key}: a budget was asked for and Helm rendered no PodDisruptionBudget"
         assert all(b == [budget] for b in budgets.values()), (key, budgets)
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
-def test_under_the_strict_bank_mirror_every_image_helm_renders_is_in_the_mirror(cloud: str, accelerator: str) -> None:
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), STACKS)
+def test_under_the_strict_bank_mirror_every_image_helm_renders_is_in_the_mirror(
+    cloud: str, accelerator: str, kind: str
+) -> None:
     resources = desired(
-        overridden(make_xr(cloud, accelerator), ec("bank", bank_document(cloud, accelerator)), input=policy_input())
+        overridden(
+            make_xr(cloud, accelerator, stack=kind),
+            ec("bank", bank_document(cloud, accelerator, kind)),
+            input=policy_input(),
+        )
     )
     checked: list[str] = []
     outside: list[str] = []
@@ -221,7 +228,12 @@ def test_every_release_of_every_example_installs(example_charts: Charts) -> None
         assert objects, (case, key)
         rendered += 1
     assert rendered >= 60
-    assert not_packaged == {"prod-eu-1+prod-hold cert-manager", "prod-eu-1+all cert-manager"}
+    assert not_packaged == {
+        "prod-eu-1+prod-hold cert-manager",
+        "prod-eu-1+all cert-manager",
+        "dev-us-1+dynamo-dev-next grove",
+        "dev-us-1+dynamo-dev-next kai-scheduler",
+    }
 
 
 def test_a_release_held_at_v031s_version_installs_from_v031s_chart(tmp_path: Path) -> None:
@@ -234,10 +246,30 @@ def test_a_release_held_at_v031s_version_installs_from_v031s_chart(tmp_path: Pat
     charts = Charts(tmp_path)
     checked = 0
     for case, key, body in _example_releases():
-        if release_chart(body) in NOT_PACKAGED:
+        if release_chart(body) in {(c["chart"], c["version"]) for c in held}:
             assert render_release(body, charts), (case, key)
             checked += 1
     assert checked == 2
+
+
+def test_grove_and_kai_staged_ahead_on_dev_install_from_their_released_charts(tmp_path: Path) -> None:
+    """example/dynamo/dynamo-dev-next.yaml moves Grove and KAI together: both install under real Helm
+    from their charts packaged as their releases package them, where the git snapshots are at hand."""
+    sources = chart_repositories(sorted({c["source"]["repository"] for c in STAGED["components"].values()}))
+    upgrading_refresh.charts(STAGED, sources, tmp_path)
+    charts = Charts(tmp_path)
+    staged = {(c["chart"], c["version"]) for c in STAGED["components"].values()}
+    rendered: dict[str, list[Rendered]] = {}
+    for case, key, body in _example_releases():
+        if release_chart(body) in staged:
+            assert case == "dev-us-1+dynamo-dev-next", case
+            rendered[key] = render_release(body, charts)
+    assert set(rendered) == {"grove", "kai-scheduler"}
+    kinds = {r.object["kind"] for r in rendered["grove"]}
+    assert {"CustomResourceDefinition", "Deployment"} <= kinds  # the CRDs its release copies into crds/
+    refs = [ref for r in rendered["grove"] + rendered["kai-scheduler"] for ref in images(r.object)]
+    assert "ghcr.io/ai-dynamo/grove/grove-operator:v0.1.0-alpha.7" in refs
+    assert any(ref.startswith("ghcr.io/kai-scheduler/kai-scheduler/") and ref.endswith(":v0.17.0") for ref in refs)
 
 
 def test_the_helm_the_tests_render_with_is_the_one_the_newest_provider_helm_builds_with() -> None:

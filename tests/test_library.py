@@ -68,6 +68,7 @@ def test_render_is_what_the_function_renders() -> None:
     rendered = render(xr, observed=provider_configs(xr), environment_configs=load_docs(EXAMPLE / "environmentconfigs"))
     assert rendered.status["stack"]["environmentConfigs"] == ["regulated-bank", "prod-hold"]
     assert rendered.resources["cert-manager"]["spec"]["forProvider"]["chart"]["version"] == "v1.17.1"
+    # The summary.
     assert [s for s, _ in rendered.results] == ["SEVERITY_NORMAL"]
     # The same documents `function render` prints.
     expected = (EXAMPLE / "expected" / "prod-eu-1+all.yaml").read_text()

@@ -104,11 +104,11 @@ def test_a_component_gated_on_the_provider_configs_keeps_the_xr_not_ready(server
 # ---------------------------------------------------------- 2. ProviderConfig Usages
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
 def test_every_remote_resource_holds_its_provider_config_with_its_own_usage(
-    server: str, cloud: str, accelerator: str
+    server: str, cloud: str, accelerator: str, kind: str
 ) -> None:
-    xr = make_xr(cloud, accelerator)
+    xr = make_xr(cloud, accelerator, stack=kind)
     got = desired(reconcile(server, xr, created(reconcile(server, xr, {}))))
     remote = {k: r for k, r in got.items() if r["kind"] in ("Release", "Object")}
     assert len(remote) > 10
@@ -274,9 +274,9 @@ def test_every_label_fits_with_63_character_driver_pool_names(server: str) -> No
             assert resolve(by, by["apiVersion"], by["kind"], got) == [f"driver-{n}"]
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
-def test_every_label_of_every_stack_is_valid(server: str, cloud: str, accelerator: str) -> None:
-    xr = make_xr(cloud, accelerator)
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
+def test_every_label_of_every_stack_is_valid(server: str, cloud: str, accelerator: str, kind: str) -> None:
+    xr = make_xr(cloud, accelerator, stack=kind)
     got = desired(reconcile(server, xr, created(reconcile(server, xr, {}))))
     assert [(k, v) for k, v in all_labels(got) if len(v) > 63 or not LABEL_VALUE.match(v)] == []
 

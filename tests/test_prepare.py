@@ -94,7 +94,7 @@ def test_the_server_prepares_every_stack_before_serving(monkeypatch: pytest.Monk
     monkeypatch.setattr(overrides, "prepare", recording)
     monkeypatch.setattr(server, "settle_heap", lambda: None)  # the collector is not this test's
     main._warm_up()
-    assert sorted(prepared) == sorted(_stack_of(pair).id for pair in stack.available())
+    assert sorted(prepared) == sorted(s.id for s in stack.every())
 
 
 def _stack_of(pair: tuple[str, str]) -> Stack:

@@ -27,11 +27,13 @@ def render_over_grpc(target: str, xr: dict[str, Any], **kwargs: Any) -> RenderRe
     )
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
-def test_every_rendered_resource_validates_against_real_crds(server: str, cloud: str, accelerator: str) -> None:
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
+def test_every_rendered_resource_validates_against_real_crds(
+    server: str, cloud: str, accelerator: str, kind: str
+) -> None:
     # As the API server receives them: with the name, namespace, labels and
     # owner reference Crossplane adds (render_documents adds them as render does).
-    result = render_over_grpc(server, make_xr(cloud, accelerator))
+    result = render_over_grpc(server, make_xr(cloud, accelerator, stack=kind))
     got = {
         d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d for d in render_documents(result)[1:]
     }

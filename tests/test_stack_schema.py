@@ -20,7 +20,7 @@ from function import stack
 from function.model import Accelerator, Cloud
 from generator import build, emit, lock, stackfile
 from generator.build import FACTS_DIR, REPO, Inputs, build_stack
-from generator.stackfile import CATALOGUE, CHARTS, Catalogue, ChartFacts, Charts, StackFile, read, stack_paths
+from generator.stackfile import CATALOGUE, CHARTS, Catalogue, ChartFacts, Charts, StackFile, every_stack_file, read
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,8 @@ def built() -> dict[str, stack.Stack]:
     charts = read(REPO / "stacks" / CHARTS, Charts)
     locked = lock.read(FACTS_DIR)
     out = {}
-    for path in stack_paths(REPO / "stacks"):
-        s, _ = build_stack(read(path, StackFile), catalogue, charts, locked, Inputs())
+    for stack_file in every_stack_file(REPO / "stacks"):
+        s, _ = build_stack(stack_file, catalogue, charts, locked, Inputs())
         out[s.id] = s
     return out
 
@@ -63,7 +63,7 @@ def _refused(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
     module = importlib.import_module("function.generated.eks_nvidia")
     monkeypatch.setattr(module, "STACK", data)
     with pytest.raises(stack.StackDataError) as err:
-        stack.load.__wrapped__(Cloud.EKS, Accelerator.NVIDIA)
+        stack.read_stack(Cloud.EKS, Accelerator.NVIDIA)
     return str(err.value)
 
 

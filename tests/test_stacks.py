@@ -17,7 +17,7 @@ from tests.support.crossplane import desired, render
 from tests.support.overrides import PAIRS, ec, fatal, mirror_all
 from tests.support.xr import make_xr
 
-NVIDIA_CLOUDS = sorted(c for c, a in STACKS if a == "NVIDIA")
+NVIDIA_CLOUDS = sorted(c for c, a, k in STACKS if a == "NVIDIA" and k == "Standard")
 
 
 def _releases(cloud: str, accelerator: str = "NVIDIA") -> dict[str, dict[str, Any]]:
@@ -83,7 +83,7 @@ def test_crd_upgrade_job_pulls_from_the_mirror() -> None:
 AMD_POOL = {"name": "mi300", "nodeSelector": {"modelplane.ai/pool": "mi300"}, "version": "6.4"}
 
 
-@pytest.mark.parametrize("cloud", sorted(c for c, a in STACKS if a == "AMD"))
+@pytest.mark.parametrize("cloud", sorted(c for c, a, _ in STACKS if a == "AMD"))
 def test_amd_default_device_config_never_builds_a_driver(cloud: str) -> None:
     # Enabled, the operator would build amdgpu into the chart's placeholder
     # repository docker.io/myUserName/driverImage (gpu-operator-charts v1.4.0 values.yaml).

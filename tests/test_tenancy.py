@@ -355,9 +355,11 @@ def _secret_keys(body: Any, path: str = "") -> Iterator[str]:
 REMOTE = ("spec.forProvider.values", "spec.forProvider.manifest")
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
-def test_every_secret_reference_the_function_can_compose_is_bounded(server: str, cloud: str, accelerator: str) -> None:
-    xr = make_xr(cloud, accelerator, secrets=[KUBECONFIG, {**IDENTITY, "namespace": "crossplane-system"}])
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
+def test_every_secret_reference_the_function_can_compose_is_bounded(
+    server: str, cloud: str, accelerator: str, kind: str
+) -> None:
+    xr = make_xr(cloud, accelerator, stack=kind, secrets=[KUBECONFIG, {**IDENTITY, "namespace": "crossplane-system"}])
     # Every way an override document names a secret: chart and image pull secrets.
     mirror = ec("bank", bank(chartPullSecretRef={"name": "chart-pull"}))
     got = desired(over_grpc(server, xr, allowing("crossplane-system"), required=[mirror]))

@@ -13,7 +13,7 @@ import yaml
 from function import stack as stacks
 from function.bodies import USAGE_CONSUMER_LABEL
 from function.compose import provider_config_usage_key
-from function.model import Accelerator, Cloud
+from function.model import Accelerator, Cloud, StackKind
 from function.values import deep_merge
 from tests.support.parity import chart_repositories, reference_source
 from tests.support.repo import REPO
@@ -22,6 +22,7 @@ from upgrading import refresh
 from upgrading.objects import CRDS_DIR, HOOK, TEMPLATE, Identity, compare_objects
 
 V031 = upgrading.load_yaml(upgrading.FACTS / "v0.3.1.yaml")
+PR406 = upgrading.load_yaml(upgrading.FACTS / "pr406-dynamo.yaml")
 
 
 def test_upgrading_md_is_what_the_generator_writes() -> None:
@@ -97,13 +98,17 @@ def test_subchart_objects_follow_their_own_values_and_only_when_installed() -> N
     assert not any("ksm" in n.name for n in got.added)
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stacks.available())
-def test_every_stack_keeps_v031s_object_names(cloud: str, accelerator: str) -> None:
-    """No continuing Release renames an object: the stacks' values keep v0.3.1's names, as Helm renders them."""
-    loaded = stacks.load(Cloud(cloud), Accelerator(accelerator))
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stacks.available())
+def test_every_stack_keeps_the_object_names_of_the_release_its_clusters_run(
+    cloud: str, accelerator: str, kind: str
+) -> None:
+    """No continuing Release renames or removes an object: Standard keeps v0.3.1's names, Dynamo PR #406's."""
+    loaded = stacks.load(Cloud(cloud), Accelerator(accelerator), StackKind(kind))
     assert loaded is not None
-    for r in upgrading.compare(loaded, V031).rows:
+    before = V031 if kind == "Standard" else PR406
+    for r in upgrading.compare(loaded, before).rows:
         assert r.objects is None or not r.objects.renamed, (r.key, r.objects and r.objects.renamed[:3])
+        assert r.objects is None or not r.objects.removed, (r.key, r.objects and r.objects.removed[:3])
 
 
 def test_the_v031_objects_are_facts_v031s_releases() -> None:
@@ -143,9 +148,7 @@ def test_version_chart_added_and_removed_are_told_apart() -> None:
 
 
 def test_every_v031_key_and_every_rendered_key_has_a_row() -> None:
-    for cloud, accelerator in stacks.available():
-        loaded = stacks.load(Cloud(cloud), Accelerator(accelerator))
-        assert loaded is not None
+    for loaded in stacks.every():
         keys = {r.key for r in upgrading.compare(loaded, V031).rows}
         assert set(V031["components"]) <= keys
         assert set(V031["usages"]["keys"]) <= keys

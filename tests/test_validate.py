@@ -14,7 +14,7 @@ import yaml
 
 from function.overrides import schema
 from function.overrides.document import OverrideDocument
-from tests.support.overrides import PAIRS, ec, fatal
+from tests.support.overrides import STACKS, ec, fatal
 from tests.support.repo import EXAMPLE, REPO, load_docs
 from tests.support.serve import Invoke
 from tests.support.xr import make_xr
@@ -56,16 +56,13 @@ def test_a_bad_document_fails_with_the_message_the_function_gives(tmp_path: Path
     lines = out.stdout.splitlines()
     # Every NVIDIA stack, one line each; no AMD stack (the match excludes them).
     assert [line.split(": ", 2)[1] for line in lines] == [
-        "stack aks-nvidia",
-        "stack eks-nvidia",
-        "stack existing-nvidia",
-        "stack gke-nvidia",
-        "stack nebius-nvidia",
-        "stack vultr-nvidia",
+        f"stack {cloud}-nvidia{suffix}"
+        for cloud in ("aks", "eks", "existing", "gke", "nebius", "vultr")
+        for suffix in ("", "-dynamo")
     ]
     function_says = fatal(make_xr("EKS"), bad).split("returned a fatal result: ", 1)[1]
     assert f"fatal: stack eks-nvidia: {function_says}" in lines
-    assert out.stderr.endswith("0 warnings\n") and "6 fatal" in out.stderr
+    assert out.stderr.endswith("0 warnings\n") and "12 fatal" in out.stderr
 
 
 def test_against_given_xrs_the_function_itself_runs(tmp_path: Path, invoke: Invoke) -> None:
@@ -144,8 +141,8 @@ def test_an_input_registry_policy_is_checked_on_every_stack(tmp_path: Path, invo
     )
     assert out.exit_code == 1
     lines = [line for line in out.stdout.splitlines() if line.startswith("fatal: ")]
-    assert len(lines) == len(PAIRS)  # no document mirrors anything: every stack fails
-    assert out.stderr.startswith(f"function validate: 1 documents against every generated stack: {len(PAIRS)} fatal")
+    assert len(lines) == len(STACKS)  # no document mirrors anything: every stack fails
+    assert out.stderr.startswith(f"function validate: 1 documents against every generated stack: {len(STACKS)} fatal")
     # The bank's documents satisfy it everywhere.
     assert invoke("validate", "-e", str(CONFIGS), "--input", path).exit_code == 0
 

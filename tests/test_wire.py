@@ -201,8 +201,10 @@ SCENARIOS: dict[str, list[dict[str, Any]]] = {
 NAMES = {"NVIDIA": "lab-gpu-1", "AMD": "lab-mi300-1"}
 
 
-def _final_request(cloud: str, accelerator: str, docs: list[dict[str, Any]]) -> fnv1.RunFunctionRequest | None:
-    xr = make_xr(cloud, accelerator)
+def _final_request(
+    cloud: str, accelerator: str, docs: list[dict[str, Any]], kind: str = "Standard"
+) -> fnv1.RunFunctionRequest | None:
+    xr = make_xr(cloud, accelerator, stack=kind)
     xr["metadata"]["name"] = NAMES[accelerator]
     try:
         result = asyncio.run(
@@ -291,15 +293,17 @@ def _through_messages(req: fnv1.RunFunctionRequest) -> bytes:
 
 
 CASES = [
-    (cloud, accelerator, scenario)
-    for cloud, accelerator in stack.available()
+    (cloud, accelerator, kind, scenario)
+    for cloud, accelerator, kind in stack.available()
     for scenario in SCENARIOS
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("cloud", "accelerator", "scenario"), CASES)
-def test_every_stack_scenario_and_observed_state_is_byte_identical(cloud: str, accelerator: str, scenario: str) -> None:
-    req = _final_request(cloud, accelerator, SCENARIOS[scenario])
+@pytest.mark.parametrize(("cloud", "accelerator", "kind", "scenario"), CASES)
+def test_every_stack_scenario_and_observed_state_is_byte_identical(
+    cloud: str, accelerator: str, kind: str, scenario: str
+) -> None:
+    req = _final_request(cloud, accelerator, SCENARIOS[scenario], kind)
     if req is None:
         pytest.skip(f"{scenario} is refused on {cloud}/{accelerator}")
     for state, variant in _states(req):
@@ -327,9 +331,9 @@ def _with_mirror_targets(docs: list[dict[str, Any]], suffix: str) -> list[dict[s
     return out
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
 def test_a_rebuilt_body_encodes_as_its_whole_body_does(
-    cloud: str, accelerator: str, monkeypatch: pytest.MonkeyPatch
+    cloud: str, accelerator: str, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Every scenario; then every component rebuilt for one registry setting,
     # then for another: their values share what was not written with the
@@ -348,9 +352,9 @@ def test_a_rebuilt_body_encodes_as_its_whole_body_does(
     for cache in caches():
         cache.clear()  # plans cached by an earlier test would render from their templates
     for docs in SCENARIOS.values():
-        _final_request(cloud, accelerator, docs)
+        _final_request(cloud, accelerator, docs, kind)
     for target in (f"{cloud}-a", f"{cloud}-b/longer"):
-        if _final_request(cloud, accelerator, _with_mirror_targets(SCENARIOS["regulated-bank"], target)) is None:
+        if _final_request(cloud, accelerator, _with_mirror_targets(SCENARIOS["regulated-bank"], target), kind) is None:
             pytest.skip(f"regulated-bank is refused on {cloud}/{accelerator}")
     assert sum(1 for planned, _ in built if planned.changed_by) > 1
     assert any(planned.state == UNMANAGED for planned, _ in built)
@@ -361,9 +365,9 @@ def test_a_rebuilt_body_encodes_as_its_whole_body_does(
         assert template.encode(fills) == whole.encode(fills), planned.component.key
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), stack.available())
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), stack.available())
 def test_status_stack_converts_as_the_whole_status_does(
-    cloud: str, accelerator: str, monkeypatch: pytest.MonkeyPatch
+    cloud: str, accelerator: str, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each scenario, then the bank's with two other registry settings: new
     # plans whose status says what it says of each component whatever the
@@ -371,7 +375,7 @@ def test_status_stack_converts_as_the_whole_status_does(
     calls = recorded(monkeypatch)
     banks = [_with_mirror_targets(SCENARIOS["regulated-bank"], f"{cloud}-{n}") for n in ("a", "b")]
     for docs in (*SCENARIOS.values(), *banks):
-        _final_request(cloud, accelerator, docs)
+        _final_request(cloud, accelerator, docs, kind)
     assert len(calls) > len(SCENARIOS)
     assert_converted_as_the_whole_status(calls)
 

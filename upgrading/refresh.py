@@ -100,6 +100,11 @@ def _stage(comp: dict[str, Any], sources: Path, into: Path) -> dict[str, Any]:
     record: dict[str, Any] = {k: source[k] for k in ("repository", "tag")} | {"commit": commit, "path": source["path"]}
     for target, folder in (source.get("release", {}).get("concat") or {}).items():
         _concat(gitdir, commit, folder, into / target)
+    for target, files in (source.get("release", {}).get("copy") or {}).items():
+        # Files from outside the chart folder its release copies in (Grove's prepare-charts.sh: CRDs).
+        (into / target).mkdir(parents=True, exist_ok=True)
+        for file in files:
+            (into / target / Path(file).name).write_bytes(_git(gitdir, "show", f"{commit}:{file}"))
     subcharts: dict[str, Any] = {}
     for name, sub in (source.get("subcharts") or {}).items():
         sub_commit = _export(gitdir, sub["tag"], sub["path"], into / "charts" / name)
@@ -111,17 +116,21 @@ def _stage(comp: dict[str, Any], sources: Path, into: Path) -> dict[str, Any]:
 
 def _release(comp: dict[str, Any]) -> Release | None:
     fills = comp["source"].get("release")
-    return Release(why=fills["by"], chart=fills.get("chart") or {}) if fills else None
+    if not fills:
+        return None
+    seds = tuple((str(pattern), str(replacement)) for pattern, replacement in fills.get("seds") or ())
+    return Release(why=fills["by"], chart=fills.get("chart") or {}, fills=fills.get("fills") or {}, seds=seds)
 
 
-def _releases(v031: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: c for k, c in v031["components"].items() if c["kind"] == "Release"}
+def _releases(recorded: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: c for k, c in recorded["components"].items() if c["kind"] == "Release"}
 
 
-def charts(v031: dict[str, Any], sources: Path, into: Path) -> dict[str, dict[str, Any]]:
-    """v0.3.1's charts packaged into ``into``, by archive name, with where each came from."""
+def charts(recorded: dict[str, Any], sources: Path, into: Path) -> dict[str, dict[str, Any]]:
+    """The charts of a record's Releases (v0.3.1's, facts/staged-charts.yaml's) packaged into ``into``,
+    by archive name, with where each came from."""
     records: dict[str, dict[str, Any]] = {}
-    for comp in _releases(v031).values():
+    for comp in _releases(recorded).values():
         name = f"{comp['chart']}-{comp['version']}.tgz"
         if "source" not in comp:
             pinned = FACTS / "helm" / name

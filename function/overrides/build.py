@@ -170,10 +170,13 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
         values = copy_maps(values, layered.holders)
     readings, rules, key = layered.readings, mirrors.images, comp.key
     changed, provenance = acc.changed, acc.provenance  # Acc.touch, inlined: a few writes per image
+    # Read in turn, an image sees what an earlier one wrote at a path they share
+    # (kai-scheduler's global.registry): its source is what the values said before.
+    before = None if readings is not None or not rules else [images.read_image(values, i) for i in comp.images]
     for i, where in enumerate(layered.wheres):
         reading = images.read_image(values, comp.images[i]) if readings is None else readings[i]
         changes, seen = images.rewrite_image(values, reading, rules, key, where)
-        found.append(seen)
+        found.append(seen if before is None else images.seen_from(seen, before[i]))
         for path, _value, document in changes:
             changed[document] = None
             provenance[f"values.{path}"] = document

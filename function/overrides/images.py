@@ -238,6 +238,13 @@ def rewrite_image(
     return changes, _seen((key, where, new + suffix, qualified + suffix, prefix_only))
 
 
+def seen_from(seen: ImageSeen, before: Reading) -> ImageSeen:
+    """``seen`` with the source ``before`` (a reading of the values before any image was rewritten) names."""
+    if before.current is None or seen.source is None:
+        return seen
+    return seen._replace(source=before.qualified + before.current[1])
+
+
 def rewrite_values(
     values: dict[str, Any], img: ImageRef, rules: Rules, key: str, where: str
 ) -> tuple[list[Change], ImageSeen]:

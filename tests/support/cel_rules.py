@@ -64,6 +64,14 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
 }
 """CEL rules (verbatim) that the validator evaluates; ``self.matches('<re>')`` is handled generically."""
 
+# Transition rules (they read oldSelf), as (self, oldSelf) -> bool. The API
+# server evaluates one only on an update where the old object has the field
+# (apiextensions-apiserver pkg/apiserver/schema/cel: "transition rules").
+TRANSITION_RULES: dict[str, Callable[[Any, Any], bool]] = {
+    # example/xrd.yaml spec.stack: immutable once set
+    "self == oldSelf": lambda new, old: bool(new == old),
+}
+
 _MATCHES_RE = re.compile(r"^self\.matches\('((?:[^'\\]|\\.)*)'\)$")
 
 

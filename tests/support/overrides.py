@@ -16,7 +16,9 @@ from tests.support.repo import REPO
 
 INPUT_CRD = REPO / "package" / "input" / "servingstack.fn.modelplane.ai_inputs.yaml"
 BANK_HOST = "mirror.bank.internal"
-PAIRS = stack.available()
+# The Standard stacks' (cloud, accelerator) pairs; STACKS: every stack's (cloud, accelerator, kind).
+STACKS = stack.available()
+PAIRS = tuple((cloud, accelerator) for cloud, accelerator, kind in STACKS if kind == "Standard")
 ENV_API = "apiextensions.crossplane.io/v1beta1"
 
 
