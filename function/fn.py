@@ -13,9 +13,10 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf.message import DecodeError
 
-from function import events, legacy, overrides, requestlog, tenancy, wire
-from function.cache import MIB, BoundedCache
-from function.compose import Observed, renderer
+from function import events, legacy, overrides, requestlog, tenancy, transforms
+from function.cache import BoundedCache
+from function.compose import Desired, Observed, render
+from function.encode import struct_bytes
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
@@ -27,11 +28,9 @@ from function.xr import observed_xr
 
 
 class Rendered(NamedTuple):
-    """A response; the desired state it carries encoded beside it (:func:`function.wire.serialize` puts it
-    in); ``status.stack`` as it wrote it, if it did."""
+    """A response; ``status.stack`` as it wrote it, if it did."""
 
     rsp: fnv1.RunFunctionResponse
-    desired: wire.Resources
     stack: StackStatus | None = None
 
 
@@ -41,7 +40,6 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     ``extra`` are a fork's transforms (:mod:`function.transforms`);
     ``serialized`` is the request serialized deterministically, when the caller has it.
     """
-    composed = wire.Resources()
     try:
         check_request(req, serialized)
         rsp = _response_to(req)
@@ -54,20 +52,16 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         observed_stack = memory.observed_stack(req, serialized)
         found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:
-            return Rendered(rsp, composed)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
+            return Rendered(rsp)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
-        pending = renderer(chosen).render(xr, Observed(req.observed.resources), plan.planned, into=composed)
-        if extra or rsp.desired.resources:
-            # Transforms edit messages, and an earlier step's resources are
-            # interleaved with ours: both take the message path.
-            composed.move_into(rsp.desired)
-            apply_transforms(extra, xr, rsp.desired.resources)
+        desired, pending = render(xr, Observed(req.observed.resources), plan.planned)
+        _write_resources(rsp, apply_transforms(extra, xr, desired), extra)
     except InputError as err:
-        return Rendered(_fatal(req, str(err)), wire.Resources())
-    rendered = {*composed, *rsp.desired.resources}
+        return Rendered(_fatal(req, str(err)))
+    rendered = set(rsp.desired.resources)
     present = {a.key for a in plan.added if a.key in rendered or a.key in req.observed.resources}
     stack_status = converted_stack_status(chosen, plan.planned, found, rendered, memory.kept(plan.added, present))
-    _write_composite(rsp, composed, stack_status, _gateway_address(req), pending=bool(pending))
+    _write_composite(rsp, stack_status, _gateway_address(req), pending=bool(pending))
     normals = [
         bounded(n)
         for n in (
@@ -81,17 +75,29 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
     # once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
-    return Rendered(rsp, composed, stack_status)
+    return Rendered(rsp, stack_status)
 
 
-def _write_composite(
-    rsp: fnv1.RunFunctionResponse, composed: wire.Resources, stack_status: StackStatus, address: str, *, pending: bool
-) -> None:
+def _write_resources(rsp: fnv1.RunFunctionResponse, desired: Desired, extra: Sequence[Transform]) -> None:
+    """Desire every composed resource: a resource an earlier step desired takes our body, and our readiness
+    where we have one. Only ``extra`` transforms can have put a value into a body that is not JSON."""
+    for key, (body, ready) in desired.items():
+        try:
+            data = struct_bytes(body)
+        except TypeError as err:
+            raise InputError(
+                f"transforms {transforms.names(extra)}: resource {key}: {err}; a resource holds JSON values only"
+            ) from None
+        target = rsp.desired.resources[key]
+        target.resource.Clear()
+        target.resource.MergeFromString(data)
+        if ready:
+            target.ready = fnv1.READY_TRUE
+
+
+def _write_composite(rsp: fnv1.RunFunctionResponse, stack_status: StackStatus, address: str, *, pending: bool) -> None:
     """The desired composite: ``status.stack``, ``status.gateway`` once the Gateway has an address, and not
-    ready while components are ``pending``.
-
-    Encoded beside the message, unless an earlier step desired the composite: then ours goes into its.
-    """
+    ready while components are ``pending``; beside what an earlier step desired of it."""
     # While components wait, only the ProviderConfigs (which are ready at
     # once) may be desired so far; Crossplane would call the XR Available
     # when nothing desired is unready (crossplane internal/controller/
@@ -99,21 +105,15 @@ def _write_composite(
     # Crossplane's own check decides: Ready needs every composed resource
     # ready, and its message names the unready ones (an explicit readiness
     # would drop that list).
-    ready = fnv1.READY_FALSE if pending else fnv1.READY_UNSPECIFIED
     composite = rsp.desired.composite
-    if composite.resource.fields or composite.ready or composite.connection_details:
-        if pending:
-            composite.ready = ready
-        status = composite.resource.get_or_create_struct("status")
-        if address:
-            status["gateway"] = {"address": address}
-        status.get_or_create_struct("stack").CopyFrom(stack_status.struct)
-        return
-    rsp.desired.ClearField("composite")
-    status = {"stack": stack_status.value}
+    if pending:
+        composite.ready = fnv1.READY_FALSE
+    status = composite.resource.get_or_create_struct("status")
     if address:
-        status["gateway"] = wire.struct_value({"address": wire.string_value(address)})
-    composed.set_composite({"status": wire.struct_value(status)}, ready)
+        status["gateway"] = {"address": address}
+    stack = status.get_or_create_struct("stack")
+    stack.Clear()
+    stack.MergeFromString(stack_status.serialized)
 
 
 def _response_to(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -182,8 +182,8 @@ def _meta(req: fnv1.RunFunctionRequest) -> bytes:
     return _serialize(fnv1.RunFunctionResponse(meta=meta))
 
 
-def _too_large(rsp: fnv1.RunFunctionResponse, composed: wire.Resources, size: int) -> str:
-    sizes = {**{key: r.ByteSize() for key, r in rsp.desired.resources.items()}, **composed.sizes()}
+def _too_large(rsp: fnv1.RunFunctionResponse, size: int) -> str:
+    sizes = {key: r.ByteSize() for key, r in rsp.desired.resources.items()}
     largest = sorted(((n, key) for key, n in sizes.items()), reverse=True)[:3]
     parts = ", ".join(f"{excerpt(key)} ({n} bytes)" for n, key in largest)
     return (
@@ -212,25 +212,22 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # the request log says of them: ~60 KB for a full stack, so the byte
         # bound holds about a thousand clusters. Per runner: its transforms
         # are part of what a response depends on.
-        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache(
-            "responses", max_entries=4096, max_bytes=64 * MIB
-        )
+        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache("responses")
 
     def _compute(self, req: fnv1.RunFunctionRequest, serialized: bytes) -> tuple[bytes, requestlog.Summary]:
         """The response to ``req``, serialized with its meta; what the log says of it."""
         try:
-            rsp, composed, stack_status = run(req, self.transforms, serialized)
+            rsp, stack_status = run(req, self.transforms, serialized)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-            composed, stack_status = wire.Resources(), None
-        data = wire.serialize(rsp, composed)
+            stack_status = None
+        data = _serialize(rsp)
         if len(data) > MAX_RESPONSE_BYTES:
-            rsp = _fatal(req, _too_large(rsp, composed, len(data)))
-            composed, stack_status = wire.Resources(), None
+            rsp, stack_status = _fatal(req, _too_large(rsp, len(data))), None
             data = _serialize(rsp)
         said = None if stack_status is None else stack_status.said
-        return data, requestlog.summarize(rsp, len(rsp.desired.resources) + len(composed), said)
+        return data, requestlog.summarize(rsp, None, said)
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""

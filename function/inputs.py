@@ -43,8 +43,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.message import DecodeError
 
 from function.cache import MIB
+from function.encode import varint
 from function.errors import InputError, excerpt
-from function.wire import varint
 
 # Why each value: see the module docstring.
 MAX_REQUEST_BYTES = 32 * MIB  # ~20 objects at etcd's limit, far above any real reconcile

@@ -11,9 +11,8 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import manifests, offline, overrides, server, stack, status
-from function.cache import MIB
-from function.compose import renderer
+from function import cache, manifests, offline, overrides, server, stack
+from function.cache import DEFAULT_BUDGET_MB, MIB
 from function.errors import InputError
 from function.files import INPUT_OPTION, fail, read_documents, read_one
 from function.fn import FunctionRunner
@@ -33,8 +32,7 @@ def _warm_up() -> None:
     """Before the first request arrives: load and convert every stack, read what planning and rendering read
     of it whatever the documents, then set the collector for serving."""
     for loaded in stack.every():
-        renderer(loaded).prepare(overrides.prepare(loaded).planned)
-        status.prepare(loaded)
+        overrides.prepare(loaded)
     server.settle_heap()
 
 
@@ -64,6 +62,15 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Let several processes serve one address (SO_REUSEPORT; the kernel spreads connections). "
     "Off: a busy port is an error.",
 )
+@click.option(
+    "--cache-size-mb",
+    type=click.IntRange(min=0),
+    default=DEFAULT_BUDGET_MB,
+    show_default=True,
+    envvar="CACHE_SIZE_MB",
+    help="MB shared by every cache (responses, plans, encoded values ...). Smaller: more requests are computed "
+    "again, never answered differently.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -74,6 +81,7 @@ def cli(
     max_recv_message_size: int,
     max_send_message_size: int | None,
     reuse_port: bool,
+    cache_size_mb: int,
 ) -> None:
     """Serve the compose-serving-stack function, or render a ServingStack offline.
 
@@ -96,6 +104,7 @@ def cli(
         creds = runtime.load_credentials(tls_certs_dir) if tls_certs_dir is not None else None
     except OSError as err:
         fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
+    cache.set_budget(cache_size_mb)
     _warm_up()
     listen = server.Listen(
         address=address,

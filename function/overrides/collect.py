@@ -19,7 +19,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import Field, ValidationError
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
@@ -28,7 +28,7 @@ from function.tenancy import SecretsPolicy
 from function.xr import name_of
 
 from . import memory
-from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, body_value, parsed_once, validate
+from .document import DOCUMENT_KEY, Collected, Document, RegistryPolicy, parsed_once, validate
 
 INPUT_API_VERSION = "servingstack.fn.modelplane.ai/v1beta1"
 ENVIRONMENT_CONFIG_API = "apiextensions.crossplane.io/v1beta1"  # the only version Crossplane v2 serves
@@ -123,14 +123,8 @@ def _near_miss(data: dict[str, Any], obj: str) -> None:
             raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
 
 
-def config_document(
-    raw: dict[str, Any], digest: bytes, value: struct_pb2.Value | None = None
-) -> tuple[str, Document | None]:
-    """An EnvironmentConfig's name and override document (None when it carries none).
-
-    ``value``: the document as the EnvironmentConfig's message holds it, when read from one (its
-    encoding is what status.stack.documents writes, see :func:`body_value`).
-    """
+def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
+    """An EnvironmentConfig's name and override document (None when it carries none)."""
     meta, data = raw.get("metadata"), raw.get("data")
     name = str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
     obj = f"EnvironmentConfig {name}"
@@ -142,7 +136,7 @@ def config_document(
         return name, None
     where = f"{obj}: data.{DOCUMENT_KEY}"
     doc = validate(body, obj, f"data.{DOCUMENT_KEY}")
-    return name, Document(name, where, doc, digest, body, encoded=body_value(value, body) if value is not None else b"")
+    return name, Document(name, where, doc, digest, body)
 
 
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
@@ -150,9 +144,7 @@ def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
     data = config.SerializeToString(deterministic=True)
 
     def parse(digest: bytes) -> tuple[str, Document | None]:
-        given = config.fields.get("data")
-        value = given.struct_value.fields.get(DOCUMENT_KEY) if given is not None else None
-        return config_document(read_config(config), digest, value)
+        return config_document(read_config(config), digest)
 
     return parsed_once("EnvironmentConfig", data, parse)
 
@@ -199,7 +191,7 @@ def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
         body = plain_value(value, f"context {CONTEXT_KEY}", DOCUMENT_KEY, 2)
         doc = validate(body, f"context {CONTEXT_KEY}", DOCUMENT_KEY)
         where = f"context {CONTEXT_KEY}: {DOCUMENT_KEY}"
-        return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, where, doc, digest, body, encoded=body_value(value, body))
+        return CONTEXT_DOCUMENT, Document(CONTEXT_DOCUMENT, where, doc, digest, body)
 
     return parsed_once("context", value.SerializeToString(deterministic=True), parse)[1]
 
@@ -286,7 +278,7 @@ class _Asked:
 # The function Input read, by its serialized content (an absent Input reads as
 # an empty one: both are no Input): the Composition's Input arrives unchanged
 # on every request. One per Composition that uses the function.
-_INPUTS: BoundedCache[bytes, _Asked] = BoundedCache("function Inputs", max_entries=64, max_bytes=1 * MIB)
+_INPUTS: BoundedCache[bytes, _Asked] = BoundedCache("function Inputs")
 
 
 def _asked(req: fnv1.RunFunctionRequest) -> _Asked:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from google.protobuf import struct_pb2
 from pydantic import (
     AfterValidator,
     BeforeValidator,
@@ -24,11 +23,11 @@ from pydantic import (
     model_validator,
 )
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
 from function.strictmodel import StrictModel
-from function.tree import to_struct, whole_numbers
+from function.tree import whole_numbers
 
 from .images import is_host
 from .planned import State
@@ -337,37 +336,6 @@ def validate(body: Any, obj: str, prefix: str) -> OverrideDocument:
         raise InputError(describe(err, obj, prefix)) from None
 
 
-# An unset Value (no kind) encodes as an empty message: as a map entry's value
-# (2) ``12 00``, as a list's item (1) ``0a 00``, at the top as nothing.
-_UNSET_ENTRY, _UNSET_ITEM = b"\x12\x00", b"\x0a\x00"
-
-
-def body_value(value: struct_pb2.Value, body: Any) -> bytes:
-    """``body``, read from ``value`` by :func:`function.inputs.plain_value`, as a ``Value`` encoded (what
-    ``tree.to_struct`` makes of it): ``value``'s own deterministic encoding where that is the same.
-
-    It is, but for two things the reading drops or changes: unknown fields
-    (never read; discarded here) and unset Values (read as None, which
-    converts to a null). The bytes of an unset Value can occur inside other
-    values too (a string, a double); where they do, ``body`` is converted,
-    as it is where an unset Value really is: the check may be wrong only
-    towards converting.
-    """
-    known = struct_pb2.Value()
-    known.CopyFrom(value)
-    known.DiscardUnknownFields()
-    data: bytes = known.SerializeToString(deterministic=True)
-    if data and _UNSET_ENTRY not in data and _UNSET_ITEM not in data:
-        return data
-    return converted_value(body)
-
-
-def converted_value(body: Any) -> bytes:
-    """``body`` converted by ``tree.to_struct``, as a ``Value`` encoded."""
-    data: bytes = to_struct({DOCUMENT_KEY: body}).fields[DOCUMENT_KEY].SerializeToString(deterministic=True)
-    return data
-
-
 @dataclass(frozen=True)
 class Document:
     """One override document: where it came from (for messages) and what it says."""
@@ -378,12 +346,6 @@ class Document:
     digest: bytes  # of its serialized content: plans are cached by it
     body: dict[str, Any] = field(default_factory=dict, compare=False)  # as written, for status.stack.documents
     remembered: bool = False  # absent now: applied from the XR's memory of the last reconcile
-    # ``body`` as status.stack.documents writes it, a Value encoded (body_value); converted when not given.
-    encoded: bytes = field(default=b"", compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.encoded:
-            object.__setattr__(self, "encoded", converted_value(self.body))
 
 
 # (name, content digest, remembered) per document: what plans and statuses are cached by.
@@ -433,9 +395,7 @@ class Collected:
 # Keyed by where the bytes come from (an EnvironmentConfig, the context, the
 # memory: each is read differently) and the bytes themselves, so only the same
 # content hits, and the digest is computed once per parse, not per request.
-_PARSED: BoundedCache[tuple[str, bytes], tuple[str, Document | None]] = BoundedCache(
-    "override documents", max_entries=256, max_bytes=16 * MIB
-)
+_PARSED: BoundedCache[tuple[str, bytes], tuple[str, Document | None]] = BoundedCache("override documents")
 
 
 def content_digest(data: bytes) -> bytes:

@@ -27,8 +27,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function import wire
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.inputs import observed_map, plain_value
 from function.model import ServingStack
@@ -40,7 +39,6 @@ from .document import (
     ComponentOverride,
     Document,
     RememberedAddition,
-    body_value,
     content_digest,
     driver_key,
     parsed_once,
@@ -89,8 +87,7 @@ def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
         raw = plain_value(body, f"ServingStack {MEMORY_FIELD}[{index}]", DOCUMENT_KEY, 2)
         where = f"{label(name)} (absent; as remembered in {MEMORY_FIELD})"
         doc = validate(raw, where, DOCUMENT_KEY)
-        encoded = body_value(body, raw)
-        return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True, encoded=encoded)
+        return name, Document(name, f"{where}: {DOCUMENT_KEY}", doc, digest, raw, remembered=True)
 
     remembered = parsed_once("memory", entry.SerializeToString(deterministic=True), parse)[1]
     assert remembered is not None, "parse() always returns a document"
@@ -122,7 +119,7 @@ Remembered = tuple[tuple[str, ...], Mapping[str, Document], tuple[RememberedAddi
 # memory that is refused raises and is never kept. Distinct in use at once: a
 # few per fleet (one per stack and set of documents), ~5 KB each with the
 # regulated bank's document.
-_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories", max_entries=512, max_bytes=8 * MIB)
+_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories")
 
 
 def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Remembered:
@@ -288,19 +285,6 @@ def entries(found: Collected) -> list[dict[str, Any]]:
     """``status.stack.documents``: what the next reconcile remembers."""
     return [
         {"name": d.name, DOCUMENT_KEY: d.body, **({"remembered": True} if d.remembered else {})}
-        for d in found.documents
-    ]
-
-
-_REMEMBERED = {"remembered": wire.value(True)}
-
-
-def encoded_entries(found: Collected) -> list[bytes]:
-    """:func:`entries`, each a ``Value`` encoded, with the document as kept encoded (``Document.encoded``)."""
-    return [
-        wire.struct_value(
-            {"name": wire.string_value(d.name), DOCUMENT_KEY: d.encoded, **(_REMEMBERED if d.remembered else {})}
-        )
         for d in found.documents
     ]
 
