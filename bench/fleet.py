@@ -104,10 +104,11 @@ class Fleet:
     requests, only one interned status per distinct status told.
     """
 
-    def __init__(self, bases: Sequence[fnv1.RunFunctionRequest], size: int) -> None:
+    def __init__(self, bases: Sequence[fnv1.RunFunctionRequest], size: int, first: int = 0) -> None:
+        """``size`` XRs numbered from ``first``: fleets against one server take disjoint numbers to stay distinct."""
         self._bases = [b.SerializeToString() for b in bases]
-        self._serials = list(range(size))  # slot -> the XR it holds (a serial number, never reused)
-        self._born = itertools.count(size)
+        self._serials = list(range(first, first + size))  # slot -> the XR it holds (a serial number, never reused)
+        self._born = itertools.count(first + size)
         self._status: dict[int, bytes] = {}  # slot -> the serialized status its XR was last told
         self._interned: dict[bytes, bytes] = {}
 
