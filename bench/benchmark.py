@@ -7,14 +7,20 @@ memory, the last response wrote); then the full EKS + regulated-bank render
 against the floor (the same response bytes from a trivial servicer on the same
 SDK) and the cold path (a plan computed for a changed document) against a
 cached render, each interleaved in one run, and the first plan of freshly
-restarted servers; then import time and RSS of the
-server module, and the generator's time.
+restarted servers; then a fork's transform path against the plain one (in
+process, interleaved); then import time and RSS of the server module, and the
+generator's time.
+
+``--fleet N`` prints instead what a fleet of N distinct ServingStacks costs
+the server process (bench/fleet.py); ``--paths-only`` only the transform
+paths.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -32,9 +38,11 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
 from function import stack
 from function.fn import FunctionRunner
+from function.model import ServingStack
 from function.offline import run_pipeline
 from function.overrides.collect import CONTEXT_KEY
 from function.overrides.document import DOCUMENT_KEY
+from function.transforms import Transform
 from tests.support.crossplane import grpc_runner
 from tests.support.repo import REPO
 from tests.support.serve import serving
@@ -275,6 +283,55 @@ async def _floor_runs(n: int, runs: int) -> None:
             )
 
 
+def noop(_xr: ServingStack, _resources: dict[str, dict[str, Any]]) -> None:
+    """A transform that changes nothing: what remains is the cost of the transform path itself."""
+
+
+def _fork_transforms() -> tuple[Transform, ...]:
+    """example/fork's TRANSFORMS, loaded from its file: the fork imports its module top-level, as its repo would."""
+    spec = importlib.util.spec_from_file_location("acme_fn", EXAMPLE / "fork" / "acme_fn.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(module.TRANSFORMS)
+
+
+async def _transform_paths(n: int) -> None:
+    """The full EKS + regulated-bank render of a new cluster (plan cached), with and without transforms.
+
+    One runner per path, in process, interleaved call by call (who goes first
+    rotates) so load on the machine hits every path alike. Each call is a
+    cluster none of the runners has answered (a response memo miss), the same
+    request to each runner. With transforms, the resources go through plain
+    dicts and back (``function.transforms``); the no-op transform shows that
+    cost alone, the fork's (example/fork/acme_fn.py) that cost and its rules.
+    """
+    req = await _final_request(_xr("EKS", "NVIDIA"), _docs(BANK))
+    await _with_last_status(req)
+    runners = {
+        "plain": FunctionRunner(),
+        "no-op transform": FunctionRunner(transforms=(noop,)),
+        "fork (acme_fn)": FunctionRunner(transforms=_fork_transforms()),
+    }
+    names = list(runners)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    warm = 50
+    for i in range(warm + n):
+        call = new_cluster(req, i)
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            start = time.perf_counter()
+            rsp = await runners[name].RunFunction(call)
+            if i >= warm:
+                samples[name].append(time.perf_counter() - start)
+            if rsp.results and any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+                raise RuntimeError(f"{name}: {rsp.results[0].message}")
+    print(f"\nEKS/NVIDIA + regulated-bank, new cluster (plan cached), in process, {n} calls each, interleaved:")
+    plain = _percentiles(samples["plain"])[0]
+    for name in names:
+        p50, p99 = _percentiles(samples[name])
+        print(f"  {name:<18} p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  p50/plain {p50 / plain:5.2f}")
+
+
 def _import_cost() -> tuple[float, float]:
     # The peak RSS of the process's own image (VmHWM): getrusage's ru_maxrss also
     # counts the image forked from this (large) benchmark process before exec.
@@ -300,10 +357,16 @@ def _generator_time() -> float:
     return time.perf_counter() - start
 
 
-async def main(n: int, grpc_n: int, floor_n: int, *, floor_only: bool = False, runs: int = 1) -> None:
+async def main(args: argparse.Namespace) -> None:
+    """Every figure of the benchmark, or the part the flags ask for."""
+    n, grpc_n, floor_n, paths_n, runs = args.n, args.grpc_n, args.floor_n, args.paths_n, args.runs
+    floor_only, paths_only = args.floor_only, args.paths_only
     logging.configure(logging.Level.DISABLED)
-    if floor_only:
-        await _floor_runs(floor_n, runs)
+    if floor_only or paths_only:
+        if floor_only:
+            await _floor_runs(floor_n, runs)
+        if paths_only:
+            await _transform_paths(paths_n)
         return
     bank = _docs(BANK) if BANK.exists() else []
     print(
@@ -325,6 +388,7 @@ async def main(n: int, grpc_n: int, floor_n: int, *, floor_only: bool = False, r
                     f"{p50:>9.3f}{p99:>9.3f}{g50:>10.3f}{g99:>10.3f}"
                 )
     await _floor_runs(floor_n, runs)
+    await _transform_paths(paths_n)
     seconds, rss = _import_cost()
     print(f"import + load all stacks: {seconds:.3f} s, max RSS {rss:.0f} MB (median of 5 processes)")
     print(f"generator, all stacks: {_generator_time():.2f} s")
@@ -337,5 +401,25 @@ if __name__ == "__main__":
     parser.add_argument("--floor-n", type=int, default=2000, help="gRPC calls per case against the floor")
     parser.add_argument("--floor-only", action="store_true", help="only the comparison with the floor")
     parser.add_argument("--runs", type=int, default=1, help="times to run the comparison with the floor")
+    parser.add_argument("--paths-n", type=int, default=1000, help="calls per transform path (plain, no-op, fork)")
+    parser.add_argument("--paths-only", action="store_true", help="only the transform paths against the plain one")
+    fleet = parser.add_argument_group("fleet", "--fleet N: only the fleet of N distinct ServingStacks (bench/fleet.py)")
+    fleet.add_argument("--fleet", type=int, metavar="N", help="distinct ServingStacks (XRs) in the fleet")
+    fleet.add_argument("--fleet-passes", type=int, default=3, help="passes over the fleet; the first is new clusters")
+    fleet.add_argument("--fleet-new-share", type=float, default=0.01, help="XRs replaced by new clusters per pass")
+    fleet.add_argument("--fleet-callers", type=int, default=1, help="concurrent callers on the one connection")
+    fleet.add_argument("--fleet-seconds", type=float, default=1800.0, help="stop the fleet after this long")
     args = parser.parse_args()
-    asyncio.run(main(args.n, args.grpc_n, args.floor_n, floor_only=args.floor_only, runs=args.runs))
+    if args.fleet is None:
+        asyncio.run(main(args))
+    else:
+        # Imported here: bench.fleet imports this module's helpers (as bench.benchmark).
+        from bench.fleet import FleetConfig, run_fleet
+
+        config = FleetConfig(
+            args.fleet, args.fleet_passes, args.fleet_new_share, args.fleet_callers, args.fleet_seconds
+        )
+        if problem := config.out_of_bounds():
+            parser.error(problem)
+        logging.configure(logging.Level.DISABLED)
+        asyncio.run(run_fleet(config))

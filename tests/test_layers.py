@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.support.repo import REPO
 
-# Lowest first. Each module's one job is in the README's layout map.
+# Lowest first. Each module's one job is in the layer map of docs/design.md.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     (
         "utilities",
@@ -84,7 +84,7 @@ def _layer_of(module: str) -> int:
     for index, (_name, members) in enumerate(LAYERS):
         if module in members or (module.startswith("function.generated.") and "function.generated" in members):
             return index
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_layers.py (and the README map)")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_layers.py (and docs/design.md)")
 
 
 def _modules(package: str) -> dict[str, Path]:
