@@ -27,7 +27,7 @@ from function.bodies import (
     component_body,
     label_value,
 )
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.inputs import ready
 from function.model import IDENTITY_TYPES, Listener, ServingStack
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
@@ -103,9 +103,7 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
 
 # One per (API, kind, consumer); consumers include per-pool drivers, named by
 # user input, so this grows with input unless bounded.
-_PC_USAGES: BoundedCache[tuple[str, str, str], Template] = BoundedCache(
-    "provider config usages", max_entries=4096, max_bytes=4 * MIB
-)
+_PC_USAGES: BoundedCache[tuple[str, str, str], Template] = BoundedCache("provider config usages")
 
 
 def _provider_config_usage(api: str, by_kind: str, consumer: str) -> Template:
@@ -270,20 +268,16 @@ def _apart(tree: dict[str, Any], field: str) -> dict[str, tuple[tuple[str, ...],
 # bodies are (StackRenderer), so a restarted server's first plan finds its
 # components' skeletons made. Keyed by content, as a rebuilt body is a new
 # object; a few hundred bytes each.
-_SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = BoundedCache(
-    "body skeletons", max_entries=4096, max_bytes=4 * MIB
-)
+_SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = BoundedCache("body skeletons")
 
 
 # Overridden component bodies, keyed by identity: a planned component is a
 # cached plan's own object, held in the entry so its id stays unique while
 # cached. The plan cache holds 128 plans; a mirrored plan changes all ~26.
-_DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache(
-    "overridden bodies", max_entries=4096, max_bytes=32 * MIB
-)
+_DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache("overridden bodies")
 # Usage bodies, one per (stack, used, user): per-pool drivers and added components
 # add pairs from user input (their keys), so this grows with input unless bounded.
-_USAGES: BoundedCache[tuple[str, str, str, str], Template] = BoundedCache("usages", max_entries=4096, max_bytes=4 * MIB)
+_USAGES: BoundedCache[tuple[str, str, str, str], Template] = BoundedCache("usages")
 
 
 @dataclass(frozen=True)
@@ -303,7 +297,7 @@ class _Prepared:
 # An entry keeps its plan and templates alive, also once their own caches let
 # them go: weighed as both (a template weighs twice its encoding, see
 # wire.Template.size; a plan's Python objects PYTHON_FACTOR times it).
-_PREPARED: BoundedCache[int, _Prepared] = BoundedCache("prepared plans", max_entries=256, max_bytes=32 * MIB)
+_PREPARED: BoundedCache[int, _Prepared] = BoundedCache("prepared plans")
 
 
 class StackRenderer:
@@ -486,9 +480,7 @@ class _Fills(dict[str, bytes]):
 
 
 # The gateway parameters encoded, per distinct gateway spec (most fleets have one).
-_GATEWAY_FILLS: BoundedCache[tuple[str, tuple[Listener, ...]], dict[str, bytes]] = BoundedCache(
-    "gateway fills", max_entries=1024, max_bytes=1 * MIB
-)
+_GATEWAY_FILLS: BoundedCache[tuple[str, tuple[Listener, ...]], dict[str, bytes]] = BoundedCache("gateway fills")
 
 
 def _leaving(plan: Sequence[Planned], observed: Observed) -> set[str]:

@@ -14,7 +14,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from google.protobuf.message import DecodeError
 
 from function import events, legacy, overrides, requestlog, tenancy, wire
-from function.cache import MIB, BoundedCache
+from function.cache import BoundedCache
 from function.compose import Observed, renderer
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
@@ -209,12 +209,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # also the fastest hash hashlib has where the CPU computes it, as
         # current x86 (SHA-NI) and arm64 (SHA2 extensions) do). Kept
         # serialized, without their meta (the tag differs per call), with what
-        # the request log says of them: ~60 KB for a full stack, so the byte
-        # bound holds about a thousand clusters. Per runner: its transforms
+        # the request log says of them: ~60 KB for a full stack, so the default
+        # budget holds about a thousand clusters. Per runner: its transforms
         # are part of what a response depends on.
-        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache(
-            "responses", max_entries=4096, max_bytes=64 * MIB
-        )
+        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache("responses")
 
     def _compute(self, req: fnv1.RunFunctionRequest, serialized: bytes) -> tuple[bytes, requestlog.Summary]:
         """The response to ``req``, serialized with its meta; what the log says of it."""

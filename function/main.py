@@ -11,8 +11,8 @@ import yaml
 from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 
-from function import manifests, offline, overrides, server, stack, status
-from function.cache import MIB
+from function import cache, manifests, offline, overrides, server, stack, status
+from function.cache import DEFAULT_BUDGET_MB, MIB
 from function.compose import renderer
 from function.errors import InputError
 from function.files import INPUT_OPTION, fail, read_documents, read_one
@@ -64,6 +64,15 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     help="Let several processes serve one address (SO_REUSEPORT; the kernel spreads connections). "
     "Off: a busy port is an error.",
 )
+@click.option(
+    "--cache-size-mb",
+    type=click.IntRange(min=0),
+    default=DEFAULT_BUDGET_MB,
+    show_default=True,
+    envvar="CACHE_SIZE_MB",
+    help="MiB shared by every cache (responses, plans, parsed documents ...). Smaller: more requests are computed "
+    "again, never answered differently.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -74,6 +83,7 @@ def cli(
     max_recv_message_size: int,
     max_send_message_size: int | None,
     reuse_port: bool,
+    cache_size_mb: int,
 ) -> None:
     """Serve the compose-serving-stack function, or render a ServingStack offline.
 
@@ -96,6 +106,7 @@ def cli(
         creds = runtime.load_credentials(tls_certs_dir) if tls_certs_dir is not None else None
     except OSError as err:
         fail(f"cannot read TLS certificates from {tls_certs_dir}: {err.strerror}: {err.filename}")
+    cache.set_budget(cache_size_mb)
     _warm_up()
     listen = server.Listen(
         address=address,

@@ -11,7 +11,7 @@ from google.protobuf import struct_pb2
 
 from function import wire
 from function.__version__ import __version__
-from function.cache import MIB, PROTOBUF_FACTOR, PYTHON_FACTOR, BoundedCache
+from function.cache import PROTOBUF_FACTOR, PYTHON_FACTOR, BoundedCache
 from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
 from function.overrides.planned import Added, State
@@ -88,7 +88,7 @@ class StackStatus:
 # function of these alone, and converting it is the costliest step left on
 # the hot path. Distinct combinations in use at once: a few per fleet.
 _CACHE: BoundedCache[tuple[Stack, Fingerprint, frozenset[str], frozenset[str]], StackStatus] = BoundedCache(
-    "status.stack", max_entries=512, max_bytes=8 * MIB
+    "status.stack"
 )
 
 # The fields of status.stack that depend on the plan: holes in each stack's encoded head.
@@ -182,7 +182,7 @@ def _components(plan: Sequence[Planned], rendered: Collection[str]) -> list[byte
 # its documents made of each. Another entry only for a held chart version;
 # ~100 bytes each.
 _SAID: BoundedCache[tuple[str, str, str, str | None, str | None], tuple[bytes, ...]] = BoundedCache(
-    "status.stack component entries", max_entries=4096, max_bytes=1 * MIB
+    "status.stack component entries"
 )
 
 

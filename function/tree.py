@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 
 from google.protobuf import json_format, struct_pb2
 
-from function.cache import MIB, BoundedCache
+from function.cache import BoundedCache
 from function.paths import element
 
 
@@ -106,7 +106,7 @@ class Kept:
 # generated values, once per process (at start-up: Kept.prepare). Every map
 # and list of every stack's values, each encoded on its own, is 511 entries
 # and ~600 KB in all.
-_KEPT: BoundedCache[int, tuple[Any, bytes]] = BoundedCache("kept subtrees", max_entries=4096, max_bytes=1 * MIB)
+_KEPT: BoundedCache[int, tuple[Any, bytes]] = BoundedCache("kept subtrees")
 _NOTHING_KEPT: frozenset[int] = frozenset()
 # The lists one conversion has met, by id: the list (held, so its id stays its
 # own) and the Value it was set in, or that Value's encoding once met again.

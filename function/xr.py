@@ -8,7 +8,7 @@ from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from function import legacy
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt
 from function.inputs import observed_map, plain_value
 from function.model import KUBECONFIG, Metadata, ServingStack, ServingStackSpec
@@ -71,8 +71,8 @@ class ObservedXR(NamedTuple):
 # per ServingStack, weighed at 4x its serialized size (the key, and the model
 # about the size of the plain data): ~350 bytes for the example's spec, ~5 KB
 # once Crossplane lists a full stack's ~40 composed resources under
-# spec.crossplane.resourceRefs, so the byte bound holds ~400 such ServingStacks.
-_SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs", max_entries=1024, max_bytes=8 * MIB)
+# spec.crossplane.resourceRefs.
+_SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs")
 
 
 def observed_xr(resource: struct_pb2.Struct, serialized: bytes | None = None) -> ObservedXR:

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from function import stack as stack_module
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import get_path, set_path
 from function.stack import Component, Stack
@@ -482,9 +482,7 @@ def _strict(
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
-_CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Plan] = BoundedCache(
-    "plans", max_entries=128, max_bytes=32 * MIB
-)
+_CACHE: BoundedCache[tuple[Stack, Fingerprint, RegistryPolicy | None], Plan] = BoundedCache("plans")
 
 
 @cache  # one per generated stack

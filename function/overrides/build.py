@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, NamedTuple, TypeVar
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.stack import ChartRef, Component, Stack
 from function.tree import copy_maps, copy_tree, holders
 from function.values import deep_merge, drop_nulls
@@ -300,7 +300,7 @@ def replaced(obj: _Frozen, **changes: Any) -> _Frozen:
 _BUILT: BoundedCache[
     tuple[int, str | None, str, str],
     tuple[Component, Component, dict[str, None], dict[str, str], tuple[images.ImageSeen, ...]],
-] = BoundedCache("built components", max_entries=4096, max_bytes=32 * MIB)
+] = BoundedCache("built components")
 
 
 def built(

@@ -19,7 +19,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import Field, ValidationError
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe, excerpt, first_few
 from function.inputs import plain, plain_value
 from function.model import ServingStack
@@ -286,7 +286,7 @@ class _Asked:
 # The function Input read, by its serialized content (an absent Input reads as
 # an empty one: both are no Input): the Composition's Input arrives unchanged
 # on every request. One per Composition that uses the function.
-_INPUTS: BoundedCache[bytes, _Asked] = BoundedCache("function Inputs", max_entries=64, max_bytes=1 * MIB)
+_INPUTS: BoundedCache[bytes, _Asked] = BoundedCache("function Inputs")
 
 
 def _asked(req: fnv1.RunFunctionRequest) -> _Asked:

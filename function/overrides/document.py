@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.model import Accelerator, Cloud, ServingStack
 from function.strictmodel import StrictModel
@@ -433,9 +433,7 @@ class Collected:
 # Keyed by where the bytes come from (an EnvironmentConfig, the context, the
 # memory: each is read differently) and the bytes themselves, so only the same
 # content hits, and the digest is computed once per parse, not per request.
-_PARSED: BoundedCache[tuple[str, bytes], tuple[str, Document | None]] = BoundedCache(
-    "override documents", max_entries=256, max_bytes=16 * MIB
-)
+_PARSED: BoundedCache[tuple[str, bytes], tuple[str, Document | None]] = BoundedCache("override documents")
 
 
 def content_digest(data: bytes) -> bytes:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError
 from function.paths import Target, get_path, holder, opened, set_path, target
 from function.stack import ImageRef
@@ -356,9 +356,7 @@ def merge_pull_secrets(
 # them as built), so one object serves them all: made once, not ~80 objects per
 # plan for the collector to walk while the plan lives, and encoded once per
 # body (function.tree.to_struct). Few distinct secret lists exist per fleet.
-_LISTS: BoundedCache[tuple[tuple[str, ...], bool], list[Any]] = BoundedCache(
-    "pull-secret lists", max_entries=256, max_bytes=1 * MIB
-)
+_LISTS: BoundedCache[tuple[tuple[str, ...], bool], list[Any]] = BoundedCache("pull-secret lists")
 
 
 def pull_secret_list(names: tuple[str, ...], plain: bool) -> list[Any]:

@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
 from function import wire
-from function.cache import MIB, PYTHON_FACTOR, BoundedCache
+from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.inputs import observed_map, plain_value
 from function.model import ServingStack
@@ -122,7 +122,7 @@ Remembered = tuple[tuple[str, ...], Mapping[str, Document], tuple[RememberedAddi
 # memory that is refused raises and is never kept. Distinct in use at once: a
 # few per fleet (one per stack and set of documents), ~5 KB each with the
 # regulated bank's document.
-_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories", max_entries=512, max_bytes=8 * MIB)
+_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories")
 
 
 def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Remembered:

@@ -29,7 +29,7 @@ from itertools import repeat
 from typing import Any
 
 from function.bodies import chart_block, component_body
-from function.cache import MIB, BoundedCache
+from function.cache import BoundedCache
 from function.errors import InputError
 from function.stack import ChartRef, Component, ImageRef, Stack
 
@@ -269,9 +269,7 @@ def _tokens(key: str, text: str) -> tuple[Held, ...]:
 # What each (nearest key, string) holds, by the string alone: no host list or
 # policy decides it, so a plan for new mirrors or allow-lists tokenizes only
 # the strings it writes.
-_HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache(
-    "strict string scans", max_entries=65536, max_bytes=8 * MIB
-)
+_HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache("strict string scans")
 
 
 def _held(key: str, text: str, memo: Memo) -> tuple[Held, ...]:
@@ -468,9 +466,7 @@ def _check_rules(
 # weakly: it does not keep a dropped plan's values alive (they can be
 # megabytes), and once the component is gone its id, free for another object,
 # finds nothing.
-_SCANS: BoundedCache[int, tuple[weakref.ref[Component], Found]] = BoundedCache(
-    "strict scans", max_entries=4096, max_bytes=4 * MIB
-)
+_SCANS: BoundedCache[int, tuple[weakref.ref[Component], Found]] = BoundedCache("strict scans")
 
 
 def _candidates_of(component: Component, generated: _Generated, memo: Memo, seen: Seen) -> Found:
