@@ -32,7 +32,7 @@ from function.inputs import ready
 from function.model import IDENTITY_TYPES, Listener, ServingStack
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import Component, Stack
-from function.tree import Kept, to_struct
+from function.tree import to_struct
 from function.wire import Resources, Template, string_value, value
 
 USAGE_API = "protection.crossplane.io/v1beta1"
@@ -101,20 +101,7 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
     }
 
 
-# One per (API, kind, consumer); consumers include per-pool drivers, named by
-# user input, so this grows with input unless bounded.
-_PC_USAGES: BoundedCache[tuple[str, str, str], Template] = BoundedCache("provider config usages")
-
-
 def _provider_config_usage(api: str, by_kind: str, consumer: str) -> Template:
-    cached = _PC_USAGES.get((api, by_kind, consumer))
-    if cached is None:
-        cached = _build_provider_config_usage(api, by_kind, consumer)
-        _PC_USAGES.put((api, by_kind, consumer), cached, cached.size)
-    return cached
-
-
-def _build_provider_config_usage(api: str, by_kind: str, consumer: str) -> Template:
     # A ProviderConfig must outlive every resource that reaches the cluster
     # through it, or their deletion can never be processed. One Usage per
     # consumer: a Usage's selector resolves to its first match and stops
@@ -164,16 +151,13 @@ def _overridden_by(planned: Planned) -> dict[str, str]:
     return {OVERRIDDEN_BY: ",".join(planned.changed_by)} if planned.changed_by else {}
 
 
-def body_template(planned: Planned, kept: Kept | None = None) -> Template:
-    """A planned component's body, encoded around its holes: a skeleton kept, what varies put in.
-
-    ``kept``: the generated subtrees its values may share (:class:`function.tree.Kept`).
-    """
+def body_template(planned: Planned) -> Template:
+    """A planned component's body, encoded around its holes: a skeleton kept, what varies put in."""
     if planned.component.xr_fields:
         return Template(*whole_body(planned))  # requests fill fields inside the manifest: encoded whole, around them
     skeleton, parts = _skeleton_of(planned)
     # Converted together; a Value holding a map encodes as serialized_struct_value of the map's encoding.
-    converted = to_struct(parts, kept).fields
+    converted = to_struct(parts).fields
     return skeleton.filled({fill: converted[fill].SerializeToString(deterministic=True) for fill in parts})
 
 
@@ -275,9 +259,6 @@ _SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = Bou
 # cached plan's own object, held in the entry so its id stays unique while
 # cached. The plan cache holds 128 plans; a mirrored plan changes all ~26.
 _DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache("overridden bodies")
-# Usage bodies, one per (stack, used, user): per-pool drivers and added components
-# add pairs from user input (their keys), so this grows with input unless bounded.
-_USAGES: BoundedCache[tuple[str, str, str, str], Template] = BoundedCache("usages")
 
 
 @dataclass(frozen=True)
@@ -307,8 +288,6 @@ class StackRenderer:
         self.stack = stack
         self._own = {c.key: c for c in stack.components}
         self._static = {c.key: body_template(Planned(c)) for c in stack.components}
-        # What rebuilt components share with the generated values, encoded once (their roots are copies).
-        self._kept = Kept(c.values if c.is_release else c.manifest for c in stack.components)
         # The Usage templates of a plan of exactly the stack's components, whatever the documents changed
         # in them: a Usage reads only keys, API kinds and dependencies, which no document changes.
         self._pc_usages, self._usages = self._usage_templates(self._own)
@@ -323,7 +302,7 @@ class StackRenderer:
         hit = _DERIVED.get(key)
         if hit is not None and hit[0] is component:
             return hit[1]
-        template = body_template(planned, self._kept)
+        template = body_template(planned)
         _DERIVED.put(key, (component, template), template.size)
         return template
 
@@ -369,12 +348,11 @@ class StackRenderer:
     def prepare(self, plan: Sequence[Planned]) -> None:
         """Look up ``plan``'s templates now (at start-up: the stack's generated plan), not at its first render;
         make the skeletons of its bodies once a document changed them (annotated with its name: see
-        _VARYING); encode the generated values' subtrees, which rebuilt values share."""
+        _VARYING)."""
         self._prepared(plan)
         for planned in plan:
             if not planned.component.xr_fields:
                 _skeleton_of(Planned(planned.component, MANAGED, ("",)))
-        self._kept.prepare()
 
     def _prepared(self, plan: Sequence[Planned]) -> _Prepared:
         hit = _PREPARED.get(id(plan))
@@ -401,7 +379,7 @@ class StackRenderer:
         }
         return pc_usages, {
             user.key: tuple(
-                (dep, usage_key(dep, user.key), self._usage(components[dep], user))
+                (dep, usage_key(dep, user.key), Template(_usage(components[dep], user)))
                 for dep in user.depends_on
                 if dep in components
             )
@@ -439,15 +417,6 @@ class StackRenderer:
                 for dep, usage_name, usage in dependencies:
                     if dep in rendered:
                         out.add(usage_name, usage, fills, ready=True)
-
-    def _usage(self, used: Component, user: Component) -> Template:
-        # By kinds too: a key a document added is a Release in one plan and may be an Object in another.
-        key = (self.stack.id, usage_key(used.key, user.key), used.kind, user.kind)
-        cached = _USAGES.get(key)
-        if cached is None:
-            cached = Template(_usage(used, user))
-            _USAGES.put(key, cached, cached.size)
-        return cached
 
 
 class _Fills(dict[str, bytes]):

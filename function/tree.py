@@ -14,7 +14,6 @@ from typing import Any, TypeAlias
 
 from google.protobuf import json_format, struct_pb2
 
-from function.cache import BoundedCache
 from function.paths import element
 
 
@@ -70,93 +69,41 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
     return root
 
 
-class Kept:
-    """The maps and lists under some roots that are never mutated (a stack's generated values), each
-    converted to protobuf once, on first use, and copied from that encoding after.
-
-    A rebuilt component shares most of its values with the generated ones
-    by identity (:func:`copy_maps`): those subtrees are merged in from
-    their encoding, one call each, rather than walked node by node.
-    """
-
-    __slots__ = ("_containers", "ids")
-
-    def __init__(self, roots: Iterable[Any]) -> None:
-        # Every map and list under the roots, each before those below it; held, so each id stays its object's.
-        containers: list[dict[str, Any] | list[Any]] = []
-        stack = list(roots)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, dict | list):
-                containers.append(node)
-                stack.extend(node.values() if isinstance(node, dict) else node)
-        self._containers = tuple(containers)
-        self.ids = frozenset(map(id, containers))
-
-    def prepare(self) -> None:
-        """Encode every kept subtree now (at start-up), innermost first: each merges its children in from
-        theirs, so the whole costs one conversion of the roots' nodes. The first rebuild then costs what
-        later ones do."""
-        for node in reversed(self._containers):  # every container after those below it
-            _put_kept(struct_pb2.Value(), node, self.ids, {})
-
-
-# A kept subtree's Value encoded, by the subtree's id (the entry holds it, so
-# its id stays its own while cached): what rebuilt components share with the
-# generated values, once per process (at start-up: Kept.prepare). Every map
-# and list of every stack's values, each encoded on its own, is 511 entries
-# and ~600 KB in all.
-_KEPT: BoundedCache[int, tuple[Any, bytes]] = BoundedCache("kept subtrees")
-_NOTHING_KEPT: frozenset[int] = frozenset()
 # The lists one conversion has met, by id: the list (held, so its id stays its
 # own) and the Value it was set in, or that Value's encoding once met again.
 _Lists: TypeAlias = dict[int, tuple[list[Any], struct_pb2.Value | bytes]]
 
 
-def _put_kept(target: struct_pb2.Value, node: dict[str, Any] | list[Any], kept: frozenset[int], lists: _Lists) -> None:
-    """Set the empty ``target`` to ``node``, a kept subtree: from its encoding, made on first use (and those
-    of the kept subtrees below it)."""
-    hit = _KEPT.get(id(node))
-    if hit is not None and hit[0] is node:
-        target.MergeFromString(hit[1])
-        return
-    _set_container(target, node, kept, lists)
-    encoded = target.SerializeToString()
-    _KEPT.put(id(node), (node, encoded), len(encoded))
-
-
-def to_struct(tree: dict[str, Any], kept: Kept | None = None) -> struct_pb2.Struct:
-    """``tree`` as a protobuf Struct, as ``json_format.ParseDict`` makes it; the subtrees in ``kept`` from there,
-    and a list met again (one object at several paths) from its first conversion."""
+def to_struct(tree: dict[str, Any]) -> struct_pb2.Struct:
+    """``tree`` as a protobuf Struct, as ``json_format.ParseDict`` makes it; a list met again (one object at
+    several paths) from its first conversion."""
     out = struct_pb2.Struct()
-    _fill(out, tree, _NOTHING_KEPT if kept is None else kept.ids, {})
+    _fill(out, tree, {})
     return out
 
 
 # Dispatch by exact type first (what trees hold), the general checks after;
-# ``kept``: the ids of the kept subtrees (see Kept); ``lists``: see _Lists.
-def _fill(target: struct_pb2.Struct, tree: dict[str, Any], kept: frozenset[int], lists: _Lists) -> None:
+# ``lists``: see _Lists.
+def _fill(target: struct_pb2.Struct, tree: dict[str, Any], lists: _Lists) -> None:
     fields = target.fields
     for key, value in tree.items():
         if type(value) is str:
             fields[key].string_value = value
         else:
-            _set(fields[key], value, kept, lists)
+            _set(fields[key], value, lists)
 
 
-def _set(target: struct_pb2.Value, value: Any, kept: frozenset[int], lists: _Lists) -> None:
+def _set(target: struct_pb2.Value, value: Any, lists: _Lists) -> None:
     kind = type(value)
     if kind is str:
         target.string_value = value
     elif kind is dict or kind is list:
-        if id(value) in kept:
-            _put_kept(target, value, kept, lists)
-        elif kind is dict:  # the commonest container, spared a call (~6% of a conversion)
+        if kind is dict:  # the commonest container, spared a call (~6% of a conversion)
             struct = target.struct_value
             struct.SetInParent()  # an empty map is a map, not an unset value
-            _fill(struct, value, kept, lists)
+            _fill(struct, value, lists)
         else:
-            _set_list(target, value, kept, lists)
+            _set_list(target, value, lists)
     elif kind is bool:
         target.bool_value = value
     elif kind is int or kind is float:
@@ -164,11 +111,11 @@ def _set(target: struct_pb2.Value, value: Any, kept: frozenset[int], lists: _Lis
     elif value is None:
         target.null_value = struct_pb2.NULL_VALUE
     else:
-        _set_other(target, value, kept, lists)
+        _set_other(target, value, lists)
 
 
-def _set_list(target: struct_pb2.Value, value: list[Any], kept: frozenset[int], lists: _Lists) -> None:
-    """A list; one met before in this conversion merged in from the first one's encoding, as a kept subtree is.
+def _set_list(target: struct_pb2.Value, value: list[Any], lists: _Lists) -> None:
+    """A list; one met before in this conversion merged in from the first one's encoding.
 
     A rebuild writes one pull-secret list object at every path taking one
     (function.overrides.images.pull_secret_list): ~20 in the GPU Operator's
@@ -178,7 +125,7 @@ def _set_list(target: struct_pb2.Value, value: list[Any], kept: frozenset[int], 
     met = lists.get(id(value))
     if met is None:
         lists[id(value)] = (value, target)
-        _set_container(target, value, kept, lists)
+        _set_container(target, value, lists)
         return
     encoded = met[1]
     if not isinstance(encoded, bytes):
@@ -188,26 +135,26 @@ def _set_list(target: struct_pb2.Value, value: list[Any], kept: frozenset[int], 
 
 
 def _set_container(
-    target: struct_pb2.Value, value: dict[str, Any] | list[Any] | tuple[Any, ...], kept: frozenset[int], lists: _Lists
+    target: struct_pb2.Value, value: dict[str, Any] | list[Any] | tuple[Any, ...], lists: _Lists
 ) -> None:
     if isinstance(value, dict):
         struct = target.struct_value
         struct.SetInParent()
-        _fill(struct, value, kept, lists)
+        _fill(struct, value, lists)
     else:
         items = target.list_value
         items.SetInParent()
         add = items.values.add
         for item in value:
-            _set(add(), item, kept, lists)
+            _set(add(), item, lists)
 
 
-def _set_other(target: struct_pb2.Value, value: Any, kept: frozenset[int], lists: _Lists) -> None:
+def _set_other(target: struct_pb2.Value, value: Any, lists: _Lists) -> None:
     """What :func:`_set` does for subclasses (a str enum, a dict subclass) and tuples."""
     if isinstance(value, str):
         target.string_value = value
     elif isinstance(value, dict | list | tuple):
-        _set_container(target, value, kept, lists)
+        _set_container(target, value, lists)
     elif isinstance(value, bool):  # before int: a bool is an int in Python
         target.bool_value = value
     elif isinstance(value, int | float):

@@ -106,7 +106,6 @@ def test_distinct_megabyte_documents_stay_within_the_budget() -> None:
 def test_distinct_driver_names_do_not_grow_the_caches_past_the_budget() -> None:
     pools = load_docs(EXAMPLE / "environmentconfigs" / "gpu-pools.yaml")[0]
     runner = FunctionRunner()
-    usages = next(c for c in caches() if c.name == "usages")
     xr = make_xr("Existing")
     xr["metadata"]["name"] = "lab-gpu-1"  # the document matches this cluster by name
     for i in range(60):
@@ -115,8 +114,7 @@ def test_distinct_driver_names_do_not_grow_the_caches_past_the_budget() -> None:
             driver["name"] = f"{driver['name']}-{i}"
         rsp = _parse(runner.respond(request(xr, required={DEFAULT_REQUIREMENT: [doc]})))
         assert fatal(rsp) is None, fatal(rsp)
-    assert cache.held() <= cache.budget()
-    assert len(usages) > 60  # it did cache them: one Usage pair per pool per request
+        assert cache.held() <= cache.budget()
 
 
 def test_the_readme_and_the_cli_give_the_budget() -> None:
