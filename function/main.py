@@ -68,7 +68,7 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     default=DEFAULT_BUDGET_MB,
     show_default=True,
     envvar="CACHE_SIZE_MB",
-    help="MB shared by every cache (responses, plans, encoded values ...). Smaller: more requests are computed "
+    help="MiB shared by every cache (responses, plans, parsed documents ...). Smaller: more requests are computed "
     "again, never answered differently.",
 )
 @click.pass_context

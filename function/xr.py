@@ -71,7 +71,7 @@ class ObservedXR(NamedTuple):
 # per ServingStack, weighed at 4x its serialized size (the key, and the model
 # about the size of the plain data): ~350 bytes for the example's spec, ~5 KB
 # once Crossplane lists a full stack's ~40 composed resources under
-# spec.crossplane.resourceRefs, so the byte bound holds ~400 such ServingStacks.
+# spec.crossplane.resourceRefs.
 _SPECS: BoundedCache[bytes, ServingStackSpec] = BoundedCache("ServingStack specs")
 
 

@@ -1,16 +1,18 @@
-"""The one cache: bounded by entries and by bytes, used by every cache of the runtime."""
+"""The one memory budget, shared by every cache of the runtime."""
 
 from __future__ import annotations
 
 import copy
 import gc
 import re
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from function import stack
-from function.cache import MIB, BoundedCache, caches
+from function import cache, main, stack
+from function.cache import DEFAULT_BUDGET_MB, MIB, BoundedCache, caches
 from function.fn import FunctionRunner
 from function.model import Accelerator, Cloud
 from function.overrides import Collected, plan
@@ -21,50 +23,72 @@ from tests.support.requests import fatal, request
 from tests.support.xr import make_xr
 
 
-def test_entries_are_evicted_least_recently_used_first_to_fit_the_byte_bound() -> None:
-    cache: BoundedCache[str, str] = BoundedCache("test", max_entries=10, max_bytes=100)
-    cache.put("a", "a", 40)
-    cache.put("b", "b", 40)
-    assert cache.get("a") == "a"  # now b is the oldest
-    cache.put("c", "c", 40)
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == ("a", None, "c")
-    assert cache.bytes == 80
-    cache.put("a", "a2", 10)  # a replaced entry gives its bytes back
-    assert cache.bytes == 50 and cache.get("a") == "a2"
+@pytest.fixture
+def small_budget() -> Iterator[None]:
+    """A 1 MiB budget for the test, the default again after it (what the other caches held is evicted)."""
+    cache.set_budget(1)
+    yield
+    cache.set_budget(DEFAULT_BUDGET_MB)
 
 
-def test_a_value_above_the_whole_budget_is_not_kept() -> None:
-    cache: BoundedCache[str, str] = BoundedCache("test", max_entries=10, max_bytes=100)
-    cache.put("small", "s", 10)
-    assert cache.put("huge", "h", 101) == "h"
-    assert cache.get("huge") is None and cache.get("small") == "s" and cache.bytes == 10
+@pytest.mark.usefixtures("small_budget")
+def test_entries_are_evicted_least_recently_used_first_across_every_cache() -> None:
+    first: BoundedCache[str, str] = BoundedCache("test first")
+    second: BoundedCache[str, str] = BoundedCache("test second")
+    quarter = MIB // 4
+    first.put("a", "a", quarter)
+    second.put("b", "b", quarter)
+    first.put("c", "c", quarter)
+    assert second.get("b") == "b"  # now a is the oldest, in either cache
+    second.put("d", "d", quarter)
+    second.put("e", "e", quarter)  # the budget is full: the oldest entry of any cache goes
+    assert (first.get("a"), second.get("b"), first.get("c"), second.get("d")) == (None, "b", "c", "d")
+    assert cache.held() == 4 * quarter == first.bytes + second.bytes
+    first.put("c", "c2", 10)  # a replaced entry gives its bytes back
+    assert first.bytes == 10 and first.get("c") == "c2"
+
+
+@pytest.mark.usefixtures("small_budget")
+def test_a_value_above_a_quarter_of_the_budget_is_not_kept() -> None:
+    kept: BoundedCache[str, str] = BoundedCache("test")
+    kept.put("small", "s", 10)
+    assert kept.put("huge", "h", MIB // 4 + 1) == "h"
+    assert kept.get("huge") is None and kept.get("small") == "s" and kept.bytes == 10
+
+
+def test_a_smaller_budget_evicts_at_once_and_a_dropped_cache_gives_its_bytes_back() -> None:
+    runner = FunctionRunner()
+    runner.respond(request(make_xr("EKS")))
+    held = cache.held()
+    assert held > 0
+    del runner  # its responses cache goes with it
+    gc.collect()
+    assert cache.held() < held
+    try:
+        cache.set_budget(0)
+        assert cache.held() == 0 and all(len(c) == 0 for c in caches())
+    finally:
+        cache.set_budget(DEFAULT_BUDGET_MB)
 
 
 def test_an_entry_adds_no_object_for_the_collector_to_walk() -> None:
     # A plan computed for new documents puts ~60 entries; whatever an entry
     # holds beside its key and value would survive with it, and the cyclic
     # collector walks every survivor, young and then old.
-    cache: BoundedCache[int, list[int]] = BoundedCache("test", max_entries=2000, max_bytes=MIB)
+    kept: BoundedCache[int, list[int]] = BoundedCache("test")
     values = [[n] for n in range(1000)]
     gc.disable()
     try:
         before = len(gc.get_objects())
         for n, value in enumerate(values):
-            cache.put(n, value, 10)
+            kept.put(n, value, 10)
         assert len(gc.get_objects()) - before < 10  # not one per entry
     finally:
         gc.enable()
-    assert [cache.get(n) for n in range(1000)] == values and cache.bytes == 10_000
+    assert [kept.get(n) for n in range(1000)] == values and kept.bytes == 10_000
 
 
-def test_entries_are_bounded_too() -> None:
-    cache: BoundedCache[int, int] = BoundedCache("test", max_entries=3, max_bytes=10**9)
-    for i in range(10):
-        cache.put(i, i, 1)
-    assert len(cache) == 3 and [cache.get(i) for i in (6, 7, 8, 9)] == [None, 7, 8, 9]
-
-
-def test_distinct_megabyte_documents_stay_within_every_cache_byte_bound() -> None:
+def test_distinct_megabyte_documents_stay_within_the_budget() -> None:
     # Forty distinct 1 MB override documents, each a new plan, new bodies, a new response.
     bank = load_docs(EXAMPLE / "environmentconfigs" / "regulated-bank.yaml")[0]
     runner = FunctionRunner()
@@ -73,18 +97,15 @@ def test_distinct_megabyte_documents_stay_within_every_cache_byte_bound() -> Non
         doc["data"]["servingStack"]["components"]["envoy-gateway"]["values"]["blob"] = f"{i}-" + "x" * 1_000_000
         rsp = _parse(runner.respond(request(make_xr("EKS"), required={DEFAULT_REQUIREMENT: [doc]})))
         assert fatal(rsp) is None, fatal(rsp)
-    for cache in caches():
-        assert cache.bytes <= cache.max_bytes, cache.name
-        assert len(cache) <= cache.max_entries, cache.name
-    # Bound by bytes, well before their entry bounds.
+        assert cache.held() <= cache.budget()
+    assert cache.held() == sum(c.bytes for c in caches())
     by_name = {c.name: c for c in caches()}
     assert len(by_name["override documents"]) < 40 and len(by_name["plans"]) < 40
 
 
-def test_distinct_driver_names_do_not_grow_the_usage_cache_past_its_bounds() -> None:
+def test_distinct_driver_names_do_not_grow_the_caches_past_the_budget() -> None:
     pools = load_docs(EXAMPLE / "environmentconfigs" / "gpu-pools.yaml")[0]
     runner = FunctionRunner()
-    usages = next(c for c in caches() if c.name == "usages")
     xr = make_xr("Existing")
     xr["metadata"]["name"] = "lab-gpu-1"  # the document matches this cluster by name
     for i in range(60):
@@ -93,18 +114,15 @@ def test_distinct_driver_names_do_not_grow_the_usage_cache_past_its_bounds() -> 
             driver["name"] = f"{driver['name']}-{i}"
         rsp = _parse(runner.respond(request(xr, required={DEFAULT_REQUIREMENT: [doc]})))
         assert fatal(rsp) is None, fatal(rsp)
-    assert usages.bytes <= usages.max_bytes and len(usages) <= usages.max_entries
-    assert len(usages) > 60  # it did cache them: one Usage pair per pool per request
+        assert cache.held() <= cache.budget()
 
 
-def test_the_readme_memory_figure_is_every_cache_bound() -> None:
-    # Every BoundedCache the runtime makes (module-level, and a runner's own), by name: the README's total.
-    _runner = FunctionRunner()  # its responses cache lives as long as it does
-    bounds = {c.name: c.max_bytes for c in caches() if c.name != "test"}
-    made = sum(p.read_text().count("= BoundedCache(") for p in (REPO / "function").rglob("*.py"))
-    assert len(bounds) == made, sorted(bounds)
-    stated = re.search(r"(\d+) MiB in all", (REPO / "README.md").read_text())
-    assert stated is not None and sum(bounds.values()) == int(stated.group(1)) * MIB
+def test_the_readme_and_the_cli_give_the_budget() -> None:
+    readme = (REPO / "README.md").read_text()
+    row = re.search(r"\| `--cache-size-mb` \| `CACHE_SIZE_MB` \| (\d+) \|", readme)
+    assert row is not None and int(row.group(1)) == DEFAULT_BUDGET_MB
+    option = next(p for p in main.cli.params if p.name == "cache_size_mb")
+    assert option.default == DEFAULT_BUDGET_MB and option.envvar == "CACHE_SIZE_MB"
 
 
 def test_no_other_cache_in_the_runtime() -> None:
@@ -162,12 +180,12 @@ def test_memoized_work_gives_what_fresh_work_gives() -> None:
     warm_again = [runner.respond(r) for r in reversed(requests)][::-1]
     assert warm == warm_again
     for req, expected in zip(requests, warm, strict=True):
-        for cache in caches():
-            cache.clear()
+        for held in caches():
+            held.clear()
         assert runner.respond(req) == expected
     explained = _explained(docs)
-    for cache in caches():
-        cache.clear()
+    for held in caches():
+        held.clear()
     assert _explained(docs) == explained
 
 

@@ -55,7 +55,7 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
     _empty()
     generated = prepare(loaded)
     renderer(loaded).prepare(generated.planned)  # as the server's warm-up does
-    made = {c.name: len(c) for c in caches() if c.name in ("provider config usages", "usages", "body skeletons")}
+    made = {c.name: len(c) for c in caches() if c.name == "body skeletons"}
     assert [p.component for p in generated.planned] == list(loaded.components)
     misses = [memo.cache_info().misses for memo in PER_STACK]
 
@@ -76,7 +76,7 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
     overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
 
     assert [memo.cache_info().misses for memo in PER_STACK] == misses
-    # Every Usage template made already, and the skeleton of every body the plan rebuilt.
+    # The skeleton of every body the plan rebuilt made already.
     assert {c.name: len(c) for c in caches() if c.name in made} == made
     generated_ids = {id(c) for c in loaded.components}
     rebuilt = [c.key for c in checked if id(c) not in generated_ids]
@@ -105,14 +105,14 @@ def _stack_of(pair: tuple[str, str]) -> Stack:
 
 @pytest.mark.parametrize("cloud", ["EKS", "Existing"])
 def test_after_prepare_the_first_rebuild_encodes_only_what_it_changed(cloud: str) -> None:
-    # Its bodies' skeletons were encoded with the stack's own bodies, the generated subtrees its values share
-    # and what the status says of each component whatever the documents by the warm-up.
+    # By the warm-up: its bodies' skeletons, encoded with the stack's own bodies, and what the status says
+    # of each component whatever the documents.
     loaded = _stack(cloud)
     _empty()
     renderer.cache_clear()  # a restarted server's renderer: its own bodies encoded anew
     renderer(loaded).prepare(prepare(loaded).planned)  # as the server's warm-up does
     status.prepare(loaded)
-    names = ("kept subtrees", "body skeletons", "status.stack component entries")
+    names = ("body skeletons", "status.stack component entries")
     kept = {c.name: len(c) for c in caches() if c.name in names}
     assert len(kept) == len(names) and all(kept.values())
     derived = next(c for c in caches() if c.name == "overridden bodies")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from function import tree as tree_module
 from function.inputs import plain
 from function.paths import get_path, holder, set_path
-from function.tree import Kept, copy_maps, copy_tree, holders, to_struct
+from function.tree import copy_maps, copy_tree, holders, to_struct
 
 JSON = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False),
@@ -39,24 +39,12 @@ def _containers(node: Any) -> list[Any]:
     return []
 
 
-@given(TREES, st.data())
-def test_kept_subtrees_convert_as_walked_ones(tree: dict[str, Any], data: st.DataObject) -> None:
-    # Some subtrees kept (and all below them), some shared twice by identity: the first conversion
-    # walks and keeps them, the next merges them in from their encoding; both are ParseDict's.
-    inner = _containers(tree)[1:]
-    roots = data.draw(st.lists(st.sampled_from(inner), max_size=3)) if inner else []
-    if roots:
-        tree = {**tree, "again": roots[0]}
-    _converts_as_parse_dict(tree, Kept(roots))
-
-
-def _converts_as_parse_dict(tree: dict[str, Any], kept: Kept) -> None:
-    """Converted twice (what is kept walked, then merged from its encoding), ``tree`` is ParseDict's."""
+def _converts_as_parse_dict(tree: dict[str, Any]) -> None:
+    """Converted, ``tree`` is ParseDict's."""
     expected = json_format.ParseDict(tree, struct_pb2.Struct())
-    for _ in range(2):
-        struct = to_struct(tree, kept)
-        assert struct == expected
-        assert struct.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
+    struct = to_struct(tree)
+    assert struct == expected
+    assert struct.SerializeToString(deterministic=True) == expected.SerializeToString(deterministic=True)
 
 
 @given(TREES)
@@ -138,14 +126,13 @@ def test_a_holder_reads_as_get_path_and_writes_as_set_path(tree: dict[str, Any],
 @given(TREES, st.data())
 def test_a_list_met_again_converts_as_a_walked_one(tree: dict[str, Any], data: st.DataObject) -> None:
     # One list object at several paths of a tree (as a rebuild writes a pull-secret list), in maps, in
-    # lists, inside another list met again and inside kept subtrees: merged from its first conversion,
+    # lists and inside another list met again: merged from its first conversion,
     # the result is still ParseDict's.
     lists = [c for c in _containers(tree) if isinstance(c, list)] + [["pull"], [{"name": "pull"}], []]
     shared = data.draw(st.lists(st.sampled_from(lists), min_size=1, max_size=4))
     outer = [shared[0], {"in": shared[-1]}, shared[0]]  # a list holding a list met again, itself met again
     tree = {**tree, **{f"again{i}": node for i, node in enumerate(shared)}, "outer": outer, "outer again": outer}
-    roots = data.draw(st.lists(st.sampled_from(_containers(tree)[1:]), max_size=2))
-    _converts_as_parse_dict(tree, Kept(roots))
+    _converts_as_parse_dict(tree)
 
 
 def test_a_list_met_again_is_merged_from_its_first_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,9 +142,9 @@ def test_a_list_met_again_is_merged_from_its_first_conversion(monkeypatch: pytes
     walked: list[Any] = []
     real = tree_module._set_container
 
-    def counting(target: Any, value: Any, kept: Any, lists: Any) -> None:
+    def counting(target: Any, value: Any, lists: Any) -> None:
         walked.append(value)
-        real(target, value, kept, lists)
+        real(target, value, lists)
 
     monkeypatch.setattr(tree_module, "_set_container", counting)
     struct = to_struct(tree)

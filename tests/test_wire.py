@@ -38,7 +38,7 @@ from function.model import ServingStack
 from function.offline import RenderError, run_pipeline
 from function.overrides.planned import MANAGED, REMOVED, UNMANAGED, Planned
 from function.stack import ChartRef, Component
-from function.tree import Kept, to_struct
+from function.tree import to_struct
 from tests.support.repo import EXAMPLE, load_docs
 from tests.support.status import assert_converted_as_the_whole_status, recorded
 from tests.support.xr import make_xr, provider_configs
@@ -343,8 +343,8 @@ def test_a_rebuilt_body_encodes_as_its_whole_body_does(
     built: list[tuple[Planned, wire.Template]] = []
     real = compose.body_template
 
-    def recording(planned: Planned, kept: Kept | None = None) -> wire.Template:
-        template = real(planned, kept)
+    def recording(planned: Planned) -> wire.Template:
+        template = real(planned)
         built.append((planned, template))
         return template
 

@@ -266,22 +266,11 @@ def _tokens(key: str, text: str) -> tuple[Held, ...]:
     return tuple(out)
 
 
-# What each (nearest key, string) holds, by the string alone: no host list or
-# policy decides it, so a plan for new mirrors or allow-lists tokenizes only
-# the strings it writes.
-_HELD: BoundedCache[tuple[str, str], tuple[Held, ...]] = BoundedCache("strict string scans")
-
-
 def _held(key: str, text: str, memo: Memo) -> tuple[Held, ...]:
     asked = (key, text)
     hit = memo.get(asked)
     if hit is None:
-        hit = _HELD.get(asked)
-        if hit is None:
-            hit = _tokens(key, text)
-            # Its tokens are parts of the text, and their first segments parts of them: at most 3x the text.
-            _HELD.put(asked, hit, 96 + len(key) + 4 * len(text) + 64 * len(hit))
-        memo[asked] = hit
+        hit = memo[asked] = _tokens(key, text)
     return hit
 
 
