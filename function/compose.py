@@ -24,6 +24,8 @@ from function.bodies import (
     component_body,
     label_value,
 )
+from function.cache import BoundedCache
+from function.encode import lasting
 from function.inputs import ready
 from function.model import SecretEntry, ServingStack
 from function.overrides.planned import REMOVED, UNMANAGED, Planned
@@ -35,6 +37,7 @@ USAGE_API = "protection.crossplane.io/v1beta1"
 OVERRIDDEN_BY = "servingstack.modelplane.ai/overridden-by"
 
 HELM_PC = "provider-config-helm"
+_APIS = (HELM_API, KUBERNETES_API)
 KUBERNETES_PC = "provider-config-kubernetes"
 
 
@@ -73,48 +76,36 @@ def _selector(label: str, key: str) -> dict[str, Any]:
 
 
 def _usage(used: Component, user: Component) -> dict[str, Any]:
-    of_api, of_kind = api_kind(used)
-    by_api, by_kind = api_kind(user)
-    return {
-        "apiVersion": USAGE_API,
-        "kind": "Usage",
-        "spec": {
+    """The Usage holding ``used`` while ``user`` exists; nothing in it depends on the XR."""
+    key = (used.key, user.key, used.kind, user.kind)
+    spec = _USAGE_SPECS.get(key)
+    if spec is None:
+        of_api, of_kind = api_kind(used)
+        by_api, by_kind = api_kind(user)
+        spec = {
             # Re-issue the blocked deletion once the user is gone, so teardown
             # finishes without a second reconcile.
             "replayDeletion": True,
-            "of": {
-                "apiVersion": of_api,
-                "kind": of_kind,
-                "resourceSelector": _selector(RESOURCE_LABEL, used.key),
-            },
-            "by": {
-                "apiVersion": by_api,
-                "kind": by_kind,
-                "resourceSelector": _selector(RESOURCE_LABEL, user.key),
-            },
-        },
-    }
+            "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
+            "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
+        }
+        _USAGE_SPECS.put(key, lasting(spec), _PART_SIZE)
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec}
 
 
-def _provider_config_usage(api: str, by_kind: str, consumer: str, pc_name: str) -> dict[str, Any]:
+def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, Any]) -> dict[str, Any]:
     # A ProviderConfig must outlive every resource that reaches the cluster
     # through it, or their deletion can never be processed. One Usage per
     # consumer: a Usage's selector resolves to its first match and stops
     # (crossplane internal/controller/protection/usage/selector.go,
     # resolveSelector), so one Usage with a shared selector protects one.
-    return {
-        "apiVersion": USAGE_API,
-        "kind": "Usage",
-        "spec": {
-            "replayDeletion": True,
-            "of": {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": pc_name}},
-            "by": {
-                "apiVersion": api,
-                "kind": by_kind,
-                "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer),
-            },
-        },
-    }
+    # ``of``: this XR's ProviderConfig of ``api``, one object for all its Usages.
+    key = (api, by_kind, consumer)
+    by = _USAGE_SPECS.get(key)
+    if by is None:
+        by = {"apiVersion": api, "kind": by_kind, "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer)}
+        _USAGE_SPECS.put(key, lasting(by), _PART_SIZE)
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by}}
 
 
 def usage_key(of_key: str, by_key: str) -> str:
@@ -125,27 +116,72 @@ def provider_config_usage_key(consumer: str) -> str:
     return f"usage-pc-{consumer}"
 
 
-def body(planned: Planned, pc_name: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """A planned component's body for one XR: its ProviderConfig named, the gateway ``params`` filled in where
-    its manifest takes XR fields. Fresh maps down to what it fills; the values and manifest are the plan's."""
+class _Parts(NamedTuple):
+    """What a planned component's body holds whatever the XR, each part lasting (function.encode)."""
+
+    component: Component  # held, so its id stays its own while this is kept
+    metadata: dict[str, Any]
+    for_provider: dict[str, Any] | None  # None: the manifest takes XR fields, filled per request
+    readiness: dict[str, Any] | None
+
+
+# Bodies' fixed parts by planned component (its id, and the documents that
+# changed it, named in an annotation); Usages' by keys and kinds. A handful
+# per component of the plans in use: the encodings they share are the bulk.
+_PARTS: BoundedCache[tuple[int, tuple[str, ...]], _Parts] = BoundedCache("body parts")
+_USAGE_SPECS: BoundedCache[tuple[str, ...], dict[str, Any]] = BoundedCache("usage parts")
+_PART_SIZE = 512  # an entry's own maps; the encodings are counted where they are kept (function.encode)
+
+
+def _parts(planned: Planned) -> _Parts:
     component = planned.component
-    out = component_body(component)
-    out["spec"]["providerConfigRef"]["name"] = pc_name
+    key = (id(component), planned.changed_by)
+    hit = _PARTS.get(key)
+    if hit is not None and hit.component is component:
+        return hit
+    made = component_body(component)
+    metadata, spec = made["metadata"], made["spec"]
+    if planned.changed_by:
+        metadata.setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
+    readiness = spec.get("readiness")
+    parts = _Parts(
+        component,
+        lasting(metadata),
+        None if component.xr_fields else lasting(spec["forProvider"]),
+        None if readiness is None else lasting(readiness),
+    )
+    return _PARTS.put(key, parts, _PART_SIZE)
+
+
+def body(planned: Planned, pc_ref: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """A planned component's body for one XR: ``pc_ref`` its ProviderConfig reference, the gateway ``params``
+    filled in where its manifest takes XR fields. Only its top, its spec and what an XR field goes through are
+    made for the request; the rest is lasting (never written into: transforms edit a copy)."""
+    component = planned.component
+    parts = _parts(planned)
+    api, kind = api_kind(component)
+    spec: dict[str, Any] = {
+        "providerConfigRef": pc_ref,
+        "forProvider": parts.for_provider or _filled(component, params),
+    }
+    if parts.readiness is not None:
+        spec["readiness"] = parts.readiness
     if planned.state == UNMANAGED:
         # Keep the Helm release on the cluster; only stop managing it.
-        out["spec"]["managementPolicies"] = ["Observe"]
-    if planned.changed_by:
-        out["metadata"].setdefault("annotations", {})[OVERRIDDEN_BY] = ",".join(planned.changed_by)
-    if component.xr_fields:
-        manifest = copy_maps(component.manifest, holders(component.xr_fields))
-        for path, param in component.xr_fields.items():
-            *parents, leaf = path.split(".")
-            holder = manifest
-            for part in parents:
-                holder = holder.setdefault(part, {})
-            holder[leaf] = params[param]
-        out["spec"]["forProvider"]["manifest"] = manifest
-    return out
+        spec["managementPolicies"] = ["Observe"]
+    return {"apiVersion": api, "kind": kind, "metadata": parts.metadata, "spec": spec}
+
+
+def _filled(component: Component, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec.forProvider`` of an Object whose manifest takes XR fields: fresh maps down to what it fills."""
+    manifest = copy_maps(component.manifest, holders(component.xr_fields))
+    for path, param in component.xr_fields.items():
+        *parents, leaf = path.split(".")
+        holder = manifest
+        for part in parents:
+            holder = holder.setdefault(part, {})
+        holder[leaf] = params[param]
+    return {"manifest": manifest}
 
 
 def render(xr: ServingStack, observed: Observed, plan: Sequence[Planned]) -> tuple[Desired, list[str]]:
@@ -153,6 +189,7 @@ def render(xr: ServingStack, observed: Observed, plan: Sequence[Planned]) -> tup
     the stack needs that are not composed yet (waiting for the ProviderConfigs), so the XR can say it is
     not ready."""
     pc_name = provider_config_name(xr)
+    pc_ref = {"kind": "ProviderConfig", "name": pc_name}  # one object in every body: encoded once
     params = gateway_params(xr)
     desired: Desired = {
         # Ready at once: nothing to wait for.
@@ -174,7 +211,7 @@ def render(xr: ServingStack, observed: Observed, plan: Sequence[Planned]) -> tup
         if not (pcs_observed or observed.has(key)):
             pending.append(key)
             continue
-        desired[key] = Composed(body(planned, pc_name, params), observed.ready(key))
+        desired[key] = Composed(body(planned, pc_ref, params), observed.ready(key))
         rendered[key] = planned.component
     _usages(desired, plan, rendered, observed, pc_name)
     return desired, pending
@@ -183,10 +220,12 @@ def render(xr: ServingStack, observed: Observed, plan: Sequence[Planned]) -> tup
 def _usages(
     desired: Desired, plan: Sequence[Planned], rendered: Mapping[str, Component], observed: Observed, pc_name: str
 ) -> None:
+    # This XR's ProviderConfig of each API, as every ProviderConfig Usage names it: one object each.
+    of = {api: {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": pc_name}} for api in _APIS}
     # Usages have no readiness of their own to wait for.
     for key, component in rendered.items():
         desired[provider_config_usage_key(key)] = Composed(
-            _provider_config_usage(*api_kind(component), key, pc_name), True
+            _provider_config_usage(*api_kind(component), key, of[api_kind(component)[0]]), True
         )
     # A consumer on its way out (no longer desired, still observed) keeps
     # its ProviderConfig until it is gone: its uninstall needs it. Only
@@ -197,7 +236,9 @@ def _usages(
             continue
         remote = _remote_api_kind(obs.resource)
         if remote is not None and _consumer_label(obs.resource) == label_value(key):
-            desired[provider_config_usage_key(key)] = Composed(_provider_config_usage(*remote, key, pc_name), True)
+            desired[provider_config_usage_key(key)] = Composed(
+                _provider_config_usage(*remote, key, of[remote[0]]), True
+            )
     # The Usage stays while its user is on the cluster, even once the user
     # is no longer desired: it leaves only after the user is gone, and the
     # used component only after the Usage (see _leaving).

@@ -1,27 +1,26 @@
-"""Plain trees (what rendering makes) encoded as protobuf ``Struct`` messages, each big subtree once.
+"""Plain trees (what rendering makes) encoded as protobuf ``Struct`` messages, the lasting parts once.
 
-A stack's bodies are the same on every reconcile of every cluster but for a
-few small leaves (the ProviderConfig's name, its secrets, the gateway's
-fields). Rather than converting every body node by node on every request
-(``tree.to_struct``: ~2 ms for a full stack), :func:`struct_bytes` encodes a
-tree itself and keeps the encoding of each large subtree below a body's top
-by its content: the next request, a fork's transformed copy or another
-cluster's body with the same values finds it. The content key is the
-subtree's ``marshal`` serialization at version 2, which CPython writes in C,
-which is lossless (equal keys, equal trees, ``True``, ``1`` and ``1.0`` apart)
-and which, unlike later versions, writes no back-references or interning
-flags: a tree's key does not depend on how its strings are shared.
+A composed body is a few small maps made for the request (its top, its
+``spec``, the ProviderConfig reference) around large parts that last: a
+component's values or manifest, its metadata and chart, which the plan holds
+and no one mutates (:func:`lasting` names them). :func:`struct_bytes` encodes
+a tree, taking each lasting part's encoding by identity, so a request costs
+the maps made for it. A fork's transforms edit a private copy of the bodies
+(:func:`private_copy`), whose lasting parts are copied from their ``marshal``
+serialization (written in C, lossless: ``True``, ``1`` and ``1.0`` apart);
+a copy that still serializes as its part did takes the part's encoding.
 
-The bytes are valid ``Struct`` encodings; :func:`function.fn.run` parses them
-into the response, and protobuf serializes the whole response, so the bytes
-sent are protobuf's own deterministic serialization.
+The bytes are what ``tree.to_struct(tree).SerializeToString(deterministic=True)``
+gives (tests/test_encode.py): map entries in upb's order (:func:`sort_key`),
+each entry's key and value always written, numbers as doubles.
 """
 
 from __future__ import annotations
 
 import marshal
 import struct
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple, cast
 
 from function.cache import BoundedCache
 
@@ -36,24 +35,10 @@ _TRUE, _FALSE = b"\x20\x01", b"\x20\x00"  # Value.bool_value (4)
 _STRUCT = b"\x2a"  # Value.struct_value (5)
 _LIST = b"\x32"  # Value.list_value (6)
 _DOUBLE = struct.Struct("<d")
-
-# Subtrees looked up by content: maps and lists from this depth (a body's
-# top and spec hold the per-request leaves; below them, values, manifests,
-# labels and selectors are shared) and of at least this many marshal bytes
-# (smaller ones encode faster than a key is made and looked up).
-_MEMO_DEPTH = 2
-_MEMO_BYTES = 256
-_MARSHAL_VERSION = 2  # no references or interning flags (see above)
-
-# Encoded subtrees by content: the generated and rebuilt values of the plans
-# in use and the bodies of added components; a few MB for a fleet's stacks.
-_ENCODED: BoundedCache[bytes, bytes] = BoundedCache("encoded subtrees")
+_MARSHAL_VERSION = 2  # no back-references: a tree's serialization does not depend on how its parts are shared
 
 
-def varint(n: int) -> bytes:
-    """``n`` (not negative) as a protobuf varint."""
-    if n <= _LOW7:
-        return bytes((n,))
+def _varint(n: int) -> bytes:
     out = bytearray()
     while n > _LOW7:
         out.append((n & _LOW7) | _MORE)
@@ -62,71 +47,202 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+# Every length below 16 KiB looked up rather than computed: nearly every length a body holds.
+_VARINT_TABLE = 1 << 14
+_VARINTS = [_varint(n) for n in range(_VARINT_TABLE)]
+
+
+def varint(n: int) -> bytes:
+    """``n`` (not negative) as a protobuf varint."""
+    return _VARINTS[n] if n < _VARINT_TABLE else _varint(n)
+
+
+def read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` in ``data``, and where what follows it starts."""
+    value, shift = 0, 0
+    while True:
+        byte = data[pos]
+        value |= (byte & _LOW7) << shift
+        pos += 1
+        if not byte & _MORE:
+            return value, pos
+        shift += 7
+
+
 def sort_key(key: str) -> bytes:
-    """Where protobuf's deterministic serializer puts a map entry: by the key's UTF-8 bytes, a key before its
-    prefixes (0xFF never occurs in UTF-8)."""
+    """Where upb's deterministic serializer puts a map entry: by the key's UTF-8 bytes, a key before its
+    prefixes (upb compares the common bytes, then puts the longer key first; 0xFF never occurs in UTF-8)."""
     return key.encode() + b"\xff"
 
 
-def struct_bytes(tree: dict[str, Any]) -> bytes:
-    """``tree`` (string keys; JSON values) as an encoded ``Struct``, what ``tree.to_struct`` converts it to."""
-    return _struct(tree, 0)
+class _Lasting:
+    """A lasting part and its encoding as a ``Value``; its marshal serialization once a copy is compared."""
+
+    __slots__ = ("blob", "node", "value")
+
+    def __init__(self, node: Any, value: bytes) -> None:
+        self.node = node
+        self.value = value
+        self.blob: bytes | None = None
 
 
-def _struct(tree: dict[str, Any], depth: int) -> bytes:
-    out = []
-    for key in sorted(tree, key=sort_key) if len(tree) > 1 else tree:
-        name = key.encode()
-        value = _value(tree[key], depth + 1)
-        entry = _ENTRY + varint(len(name)) + name + _ENTRY_VALUE + varint(len(value)) + value
-        out.append(_ENTRY + varint(len(entry)) + entry)
+# Lasting parts by id (the entry holds the part, so the id stays its own):
+# every component's metadata, chart and values or manifest of the plans in
+# use, and Usages' fixed halves.
+_LASTING: BoundedCache[int, _Lasting] = BoundedCache("lasting parts")
+
+
+def lasting(node: Any) -> Any:
+    """``node``, a map or list nothing will mutate, encoded now and taken by identity from then on."""
+    hit = _LASTING.get(id(node))
+    if hit is None or hit.node is not node:
+        value = _value(node, {})
+        _LASTING.put(id(node), _Lasting(node, value), 2 * len(value))  # the part itself is about as big
+    return node
+
+
+def struct_bytes(tree: dict[str, Any], seen: Seen | None = None) -> bytes:
+    """``tree`` (string keys, JSON values) as an encoded ``Struct``; ``seen``: shared by the trees of one
+    response (and the :func:`private_copy` they were made by)."""
+    return _fields(tree, {} if seen is None else seen)
+
+
+def private_copy(tree: Any, seen: Seen) -> Any:
+    """A deep copy of ``tree`` (a body: maps made for the request around lasting parts), for a transform to edit.
+
+    A lasting part is copied from its ``marshal`` serialization, in C; encoding the copy with ``seen`` then
+    takes the part's encoding while the copy still serializes as the part did.
+    """
+    found = _LASTING.get(id(tree))
+    if found is not None and found.node is tree:
+        if found.blob is None:
+            found.blob = marshal.dumps(tree, _MARSHAL_VERSION)
+        copy = marshal.loads(found.blob)
+        seen[id(copy)] = _Copy(copy, found)
+        return copy
+    if type(tree) is dict:
+        return {key: private_copy(v, seen) if type(v) in _CONTAINERS else v for key, v in tree.items()}
+    return [private_copy(v, seen) if type(v) in _CONTAINERS else v for v in tree]
+
+
+_CONTAINERS = frozenset((dict, list))
+
+
+class _Copy(NamedTuple):
+    """A private copy of a lasting part (held, so its id stays its own), and the part."""
+
+    copy: Any
+    part: _Lasting
+
+
+Seen = dict[int, "bytes | _Copy"]
+"""The encodings of the maps and lists met so far, by id, while they all live: one object at several paths (a
+request's ProviderConfig reference in every body, a pull-secret list at every path of a chart's values) is
+encoded once; and the private copies of lasting parts made for transforms."""
+
+
+def _fields(tree: dict[str, Any], seen: Seen) -> bytes:
+    out: list[bytes] = []
+    for key in _order(tree):
+        value = _value(tree[key], seen)
+        head = _HEADS.get(key) or _head(key)
+        length = len(value)
+        tail = _VARINTS[length] if length < _VARINT_TABLE else _varint(length)
+        size = len(head) + len(tail) + length
+        out += (_ENTRY, _VARINTS[size] if size < _VARINT_TABLE else _varint(size), head, tail, value)
     return b"".join(out)
 
 
-def _value(node: Any, depth: int) -> bytes:
+# Map keys' sorted orders by their order in the map, and each key's entry head
+# (the key, then the value's tag): rendering makes maps of a few dozen shapes
+# and keys, which would otherwise be sorted and encoded anew in every body.
+# Bounded, since a fork or a document can write any keys.
+_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_HEADS: dict[str, bytes] = {}
+_KEPT_KEYS = 4096
+
+
+def _order(tree: dict[str, Any]) -> Iterable[str]:
+    """``tree``'s keys in upb's order."""
+    if len(tree) < 2:  # noqa: PLR2004 - nothing to sort
+        return tree
+    keys = tuple(tree)
+    order = _ORDERS.get(keys)
+    if order is None:
+        for key in keys:
+            if type(key) is not str and not isinstance(key, str):  # only a transform can put one
+                raise TypeError(f"a map key that is not a string: {type(key).__name__}")
+        order = tuple(sorted(keys, key=sort_key))
+        if len(_ORDERS) < _KEPT_KEYS:
+            _ORDERS[keys] = order
+    return order
+
+
+def _head(key: str) -> bytes:
+    if type(key) is not str and not isinstance(key, str):  # only a transform can put one
+        raise TypeError(f"a map key that is not a string: {type(key).__name__}")
+    name = key.encode()
+    head = _ENTRY + varint(len(name)) + name + _ENTRY_VALUE
+    if len(_HEADS) < _KEPT_KEYS:
+        _HEADS[key] = head
+    return head
+
+
+def _value(node: Any, seen: Seen) -> bytes:
     """``node`` as an encoded ``Value``."""
     kind = type(node)
     if kind is str:
         data: bytes = node.encode()
         return _STRING + varint(len(data)) + data
     if kind is dict or kind is list:
-        return _kept(node, depth) if depth >= _MEMO_DEPTH else _container(node, depth)
+        return _known(node, seen) or _new(node, seen)
     if kind is bool:
         return _TRUE if node else _FALSE
     if kind is int or kind is float:
         return _NUMBER + _DOUBLE.pack(node)
-    return _NULL if node is None else _other(node, depth)
+    return _NULL if node is None else _other(node, seen)
 
 
-def _container(node: dict[str, Any] | list[Any] | tuple[Any, ...], depth: int) -> bytes:
+def _known(node: dict[str, Any] | list[Any], seen: Seen) -> bytes | None:
+    """The encoding of ``node`` if met before in this response, lasting, or an unchanged copy of a lasting
+    part."""
+    hit = seen.get(id(node))
+    if type(hit) is bytes:
+        return hit
+    if hit is not None:  # a private copy of a lasting part: its encoding while the transforms left it as it was
+        copied = cast(_Copy, hit)
+        if copied.copy is node:
+            try:
+                same = marshal.dumps(node, _MARSHAL_VERSION) == copied.part.blob
+            except ValueError:  # something marshal does not write (a str enum, a dict subclass): changed
+                same = False
+            if same:
+                return copied.part.value
+        return None
+    found = _LASTING.get(id(node))
+    return found.value if found is not None and found.node is node else None
+
+
+def _new(node: dict[str, Any] | list[Any], seen: Seen) -> bytes:
+    seen[id(node)] = encoded = _container(node, seen)
+    return encoded
+
+
+def _container(node: dict[str, Any] | list[Any] | tuple[Any, ...], seen: Seen) -> bytes:
     if isinstance(node, dict):
-        body = _struct(node, depth)
+        body = _fields(node, seen)
         return _STRUCT + varint(len(body)) + body
-    items = [_value(item, depth + 1) for item in node]
+    items = [_value(item, seen) for item in node]
     body = b"".join([_ENTRY + varint(len(item)) + item for item in items])
     return _LIST + varint(len(body)) + body
 
 
-def _kept(node: dict[str, Any] | list[Any], depth: int) -> bytes:
-    """A map or list below a body's top: from its encoding by content when big enough to be worth keeping."""
-    try:
-        key = marshal.dumps(node, _MARSHAL_VERSION)
-    except ValueError:  # something marshal does not write (a str enum, a dict subclass): encoded as is
-        return _container(node, depth)
-    if len(key) < _MEMO_BYTES:
-        return _container(node, depth)
-    hit = _ENCODED.get(key)
-    if hit is None:
-        hit = _ENCODED.put(key, _container(node, depth), 2 * len(key))  # the encoding is about the key's size
-    return hit
-
-
-def _other(node: Any, depth: int) -> bytes:
+def _other(node: Any, seen: Seen) -> bytes:
     """What :func:`_value` does for subclasses (a str enum, a dict subclass) and tuples."""
     if isinstance(node, str):
-        return _value(str(node), depth)
+        return _value(str(node), seen)
     if isinstance(node, dict | list | tuple):
-        return _container(node, depth)
+        return _container(node, seen)
     if isinstance(node, bool):  # before int: a bool is an int
         return _TRUE if node else _FALSE
     if isinstance(node, int | float):

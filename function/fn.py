@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import grpc
 from crossplane.function import logging, response
@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from function import events, legacy, overrides, requestlog, tenancy, transforms
 from function.cache import BoundedCache
 from function.compose import Desired, Observed, render
-from function.encode import struct_bytes
+from function.encode import Seen, read_varint, sort_key, struct_bytes, varint
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
@@ -28,9 +28,11 @@ from function.xr import observed_xr
 
 
 class Rendered(NamedTuple):
-    """A response; ``status.stack`` as it wrote it, if it did."""
+    """A response without its desired composed resources, which ``resources`` holds encoded (see
+    :func:`serialize`); ``status.stack`` as it wrote it, if it did."""
 
     rsp: fnv1.RunFunctionResponse
+    resources: dict[str, bytes]
     stack: StackStatus | None = None
 
 
@@ -52,13 +54,14 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         observed_stack = memory.observed_stack(req, serialized)
         found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:
-            return Rendered(rsp)  # asked Crossplane for the EnvironmentConfigs; render once they arrive
+            return Rendered(rsp, _carried(rsp))  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
         desired, pending = render(xr, Observed(req.observed.resources), plan.planned)
-        _write_resources(rsp, apply_transforms(extra, xr, desired), extra)
+        seen: Seen = {}
+        resources = _resources(rsp, desired, apply_transforms(extra, xr, desired, seen), extra, seen)
     except InputError as err:
-        return Rendered(_fatal(req, str(err)))
-    rendered = set(rsp.desired.resources)
+        return Rendered(_fatal(req, str(err)), {})
+    rendered = set(resources)
     present = {a.key for a in plan.added if a.key in rendered or a.key in req.observed.resources}
     stack_status = converted_stack_status(chosen, plan.planned, found, rendered, memory.kept(plan.added, present))
     _write_composite(rsp, stack_status, _gateway_address(req), pending=bool(pending))
@@ -75,24 +78,88 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
     # once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
-    return Rendered(rsp, stack_status)
+    return Rendered(rsp, resources, stack_status)
 
 
-def _write_resources(rsp: fnv1.RunFunctionResponse, desired: Desired, extra: Sequence[Transform]) -> None:
-    """Desire every composed resource: a resource an earlier step desired takes our body, and our readiness
-    where we have one. Only ``extra`` transforms can have put a value into a body that is not JSON."""
-    for key, (body, ready) in desired.items():
+def _resources(
+    rsp: fnv1.RunFunctionResponse,
+    desired: Desired,
+    bodies: Mapping[str, Any],
+    extra: Sequence[Transform],
+    seen: Seen,
+) -> dict[str, bytes]:
+    """Every composed resource desired, encoded as a ``Resource``: ours with their body in ``bodies`` (what
+    ``extra`` transforms made of the rendered one), and those an earlier step desired (taken out of ``rsp``).
+    A resource both desire takes our body, and our readiness where we have one. Only transforms can have put
+    into a body something that is not JSON."""
+    carried = rsp.desired.resources
+    out = {}
+    for key, (_, ready) in desired.items():
+        body = bodies[key]
         try:
-            data = struct_bytes(body)
+            if type(body) is not dict:
+                raise TypeError(f"a resource is a map, not a {type(body).__name__}")
+            data = struct_bytes(body, seen)
         except TypeError as err:
             raise InputError(
                 f"transforms {transforms.names(extra)}: resource {key}: {err}; a resource holds JSON values only"
             ) from None
-        target = rsp.desired.resources[key]
-        target.resource.Clear()
-        target.resource.MergeFromString(data)
-        if ready:
-            target.ready = fnv1.READY_TRUE
+        if key in carried:  # an earlier step's: its other fields stay
+            earlier = carried[key]
+            earlier.resource.Clear()
+            earlier.resource.MergeFromString(data)
+            if ready:
+                earlier.ready = fnv1.READY_TRUE
+            continue
+        out[key] = _RESOURCE + varint(len(data)) + data + (_READY_TRUE if ready else b"")
+    out.update(_carried(rsp))
+    return out
+
+
+# Resource fields (run_function.proto): resource (1, a Struct), ready (3, an enum).
+_RESOURCE = b"\x0a"
+_READY_TRUE = b"\x18" + bytes((fnv1.READY_TRUE,))
+
+
+def _carried(rsp: fnv1.RunFunctionResponse) -> dict[str, bytes]:
+    """The composed resources ``rsp`` desires, encoded, taken out of it."""
+    carried = rsp.desired.resources
+    out = {key: carried[key].SerializeToString(deterministic=True) for key in carried}
+    carried.clear()
+    return out
+
+
+def serialize(rsp: fnv1.RunFunctionResponse, resources: Mapping[str, bytes]) -> bytes:
+    """``rsp`` serialized deterministically, with ``resources`` as its desired composed resources.
+
+    ``RunFunctionResponse`` fields go in number order: ``meta`` (1), then ``desired`` (2), whose ``resources``
+    map (2) follows its ``composite`` (1) and is written here, its entries in upb's order (the bytes are
+    ``SerializeToString(deterministic=True)``'s, tests/test_encode.py).
+    """
+    data: bytes = rsp.SerializeToString(deterministic=True)
+    if not resources:
+        return data
+    pos = 0
+    if data[:1] == _META:
+        length, start = read_varint(data, 1)
+        pos = start + length
+    head, rest, desired = data[:pos], data[pos:], b""
+    if rest[:1] == _DESIRED:
+        length, start = read_varint(rest, 1)
+        desired, rest = rest[start : start + length], rest[start + length :]
+    parts = [desired]
+    for key in sorted(resources, key=sort_key):
+        name, value = key.encode(), resources[key]
+        entry = _RESOURCE + varint(len(name)) + name + _MAP_VALUE + varint(len(value)) + value
+        parts += (_RESOURCES, varint(len(entry)), entry)
+    body = b"".join(parts)
+    return b"".join((head, _DESIRED, varint(len(body)), body, rest))
+
+
+_META = b"\x0a"  # RunFunctionResponse.meta (1)
+_DESIRED = b"\x12"  # RunFunctionResponse.desired (2)
+_RESOURCES = b"\x12"  # State.resources (2)
+_MAP_VALUE = b"\x12"  # a map entry's value (2); its key is field 1, as _RESOURCE
 
 
 def _write_composite(rsp: fnv1.RunFunctionResponse, stack_status: StackStatus, address: str, *, pending: bool) -> None:
@@ -151,23 +218,14 @@ def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
     return value if isinstance(value, str) else ""
 
 
-_META_FIELD = b"\x0a"  # RunFunctionRequest/Response field 1 (meta), length-delimited
-
-
 def _without_meta(data: bytes) -> memoryview:
     """A deterministic serialization without its meta field, which it writes first (fields go in number order);
     a view, not a copy."""
     view = memoryview(data)
-    if not data.startswith(_META_FIELD):
+    if not data.startswith(_META):
         return view
-    length, shift, pos = 0, 0, 1
-    while True:
-        byte = data[pos]
-        length |= (byte & 0x7F) << shift
-        pos += 1
-        if not byte & 0x80:
-            return view[pos + length :]
-        shift += 7
+    length, start = read_varint(data, 1)
+    return view[start + length :]
 
 
 def _serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
@@ -182,8 +240,8 @@ def _meta(req: fnv1.RunFunctionRequest) -> bytes:
     return _serialize(fnv1.RunFunctionResponse(meta=meta))
 
 
-def _too_large(rsp: fnv1.RunFunctionResponse, size: int) -> str:
-    sizes = {key: r.ByteSize() for key, r in rsp.desired.resources.items()}
+def _too_large(resources: Mapping[str, bytes], size: int) -> str:
+    sizes = {key: len(r) for key, r in resources.items()}
     largest = sorted(((n, key) for key, n in sizes.items()), reverse=True)[:3]
     parts = ", ".join(f"{excerpt(key)} ({n} bytes)" for n, key in largest)
     return (
@@ -217,17 +275,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     def _compute(self, req: fnv1.RunFunctionRequest, serialized: bytes) -> tuple[bytes, requestlog.Summary]:
         """The response to ``req``, serialized with its meta; what the log says of it."""
         try:
-            rsp, stack_status = run(req, self.transforms, serialized)
+            rsp, resources, stack_status = run(req, self.transforms, serialized)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-            stack_status = None
-        data = _serialize(rsp)
+            resources, stack_status = {}, None
+        data = serialize(rsp, resources)
         if len(data) > MAX_RESPONSE_BYTES:
-            rsp, stack_status = _fatal(req, _too_large(rsp, len(data))), None
+            rsp, resources, stack_status = _fatal(req, _too_large(resources, len(data))), {}, None
             data = _serialize(rsp)
         said = None if stack_status is None else stack_status.said
-        return data, requestlog.summarize(rsp, None, said)
+        return data, requestlog.summarize(rsp, len(resources), said)
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""

@@ -14,14 +14,13 @@ Crossplane keeps the last applied state.
 
 from __future__ import annotations
 
-import marshal
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from function.compose import Composed, Desired
+from function.compose import Desired
+from function.encode import Seen, private_copy
 from function.errors import InputError
 from function.model import ServingStack
-from function.tree import copy_tree
 
 Transform = Callable[[ServingStack, dict[str, dict[str, Any]]], None]
 """``transform(xr, resources)``: edit ``resources`` in place."""
@@ -36,21 +35,12 @@ def names(transforms: Sequence[Transform]) -> str:
     return ", ".join(_name(t) for t in transforms)
 
 
-def _copy(bodies: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """A deep copy of the rendered bodies: they share the plan's values, which a transform must not edit.
-    (marshal copies plain trees in C, several times faster than walking them; it refuses a subclass.)"""
-    try:
-        copied: dict[str, dict[str, Any]] = marshal.loads(marshal.dumps(bodies))
-    except ValueError:
-        copied = copy_tree(bodies)
-    return copied
-
-
-def apply_transforms(transforms: Sequence[Transform], xr: ServingStack, desired: Desired) -> Desired:
-    """``desired`` as ``transforms`` edit it, in order; ``desired`` itself when there are none."""
+def apply_transforms(transforms: Sequence[Transform], xr: ServingStack, desired: Desired, seen: Seen) -> dict[str, Any]:
+    """The bodies of ``desired`` as ``transforms`` edit them, in order: a private copy (:func:`private_copy`,
+    which ``seen`` then encodes), or the bodies themselves when there are none."""
     if not transforms:
-        return desired
-    resources = _copy({key: composed.body for key, composed in desired.items()})
+        return {key: composed.body for key, composed in desired.items()}
+    resources = {key: private_copy(composed.body, seen) for key, composed in desired.items()}
     for transform in transforms:
         try:
             transform(xr, resources)
@@ -64,4 +54,4 @@ def apply_transforms(transforms: Sequence[Transform], xr: ServingStack, desired:
                 f"transform {_name(transform)}: transforms may change resources, not add or remove them "
                 f"(added {added}, removed {removed})"
             )
-    return {key: Composed(resources[key], composed.ready) for key, composed in desired.items()}
+    return resources
