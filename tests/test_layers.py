@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "function.strictmodel",
                 "function.tree",
                 "function.values",
-                "function.wire",
+                "function.encode",
             }
         ),
     ),

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from function import main, overrides, server, stack, status
+from function import main, overrides, server, stack
 from function.cache import caches
-from function.compose import renderer
 from function.model import Accelerator, Cloud
 from function.overrides import Plan, apply, build, prepare, strict
 from function.overrides.registry import Mirrors
@@ -53,9 +52,7 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
 ) -> None:
     loaded = _stack(cloud)
     _empty()
-    generated = prepare(loaded)
-    renderer(loaded).prepare(generated.planned)  # as the server's warm-up does
-    made = {c.name: len(c) for c in caches() if c.name == "body skeletons"}
+    generated = prepare(loaded)  # as the server's warm-up does
     assert [p.component for p in generated.planned] == list(loaded.components)
     misses = [memo.cache_info().misses for memo in PER_STACK]
 
@@ -76,8 +73,6 @@ def test_after_prepare_the_first_strict_plan_reads_nothing_per_stack_and_walks_o
     overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
 
     assert [memo.cache_info().misses for memo in PER_STACK] == misses
-    # The skeleton of every body the plan rebuilt made already.
-    assert {c.name: len(c) for c in caches() if c.name in made} == made
     generated_ids = {id(c) for c in loaded.components}
     rebuilt = [c.key for c in checked if id(c) not in generated_ids]
     assert rebuilt and walked == rebuilt
@@ -95,27 +90,3 @@ def test_the_server_prepares_every_stack_before_serving(monkeypatch: pytest.Monk
     monkeypatch.setattr(server, "settle_heap", lambda: None)  # the collector is not this test's
     main._warm_up()
     assert sorted(prepared) == sorted(s.id for s in stack.every())
-
-
-def _stack_of(pair: tuple[str, str]) -> Stack:
-    loaded = stack.load(Cloud(pair[0]), Accelerator(pair[1]))
-    assert loaded is not None
-    return loaded
-
-
-@pytest.mark.parametrize("cloud", ["EKS", "Existing"])
-def test_after_prepare_the_first_rebuild_encodes_only_what_it_changed(cloud: str) -> None:
-    # By the warm-up: its bodies' skeletons, encoded with the stack's own bodies, and what the status says
-    # of each component whatever the documents.
-    loaded = _stack(cloud)
-    _empty()
-    renderer.cache_clear()  # a restarted server's renderer: its own bodies encoded anew
-    renderer(loaded).prepare(prepare(loaded).planned)  # as the server's warm-up does
-    status.prepare(loaded)
-    names = ("body skeletons", "status.stack component entries")
-    kept = {c.name: len(c) for c in caches() if c.name in names}
-    assert len(kept) == len(names) and all(kept.values())
-    derived = next(c for c in caches() if c.name == "overridden bodies")
-    overridden(make_xr(cloud=cloud), ec("bank", bank()))  # raises on a Fatal
-    assert len(derived)  # it did rebuild bodies
-    assert {c.name: len(c) for c in caches() if c.name in kept} == kept

@@ -1,12 +1,8 @@
-"""``status.stack`` encoded from parts is what converting the whole status gives, whatever the documents hold.
+"""``status.stack`` is what protobuf's conversion of the whole status gives, whatever the documents hold.
 
-A document's encoding is taken from the request that carried it
-(``Document.encoded``, :func:`function.overrides.document.body_value`)
-rather than converted again from what was read of it: the two must be the
-same bytes for every value a protobuf message can hold, including what the
-reading drops or changes (unknown fields, Values with no kind set) and bytes
-that look like those (strings and doubles holding ``0a 00`` or ``12 00``).
-The whole status is checked against the conversion of :func:`status.stack_status`
+Documents are remembered in it as they were read: what the reading drops or
+changes (unknown fields, Values with no kind set) is not written back. The
+whole status is checked against the conversion of :func:`status.stack_status`
 with such documents delivered, in the context, and remembered.
 """
 
@@ -18,16 +14,10 @@ from typing import Any
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
-from hypothesis import given
-from hypothesis import strategies as st
 
-from function import status, wire
 from function.fn import FunctionRunner
-from function.inputs import plain_value
-from function.overrides import document
 from function.overrides.collect import CONTEXT_KEY, DEFAULT_REQUIREMENT
-from function.overrides.document import DOCUMENT_KEY, body_value, converted_value
-from function.tree import to_struct
+from function.overrides.document import DOCUMENT_KEY
 from tests.support.overrides import ec
 from tests.support.requests import request
 from tests.support.status import assert_converted_as_the_whole_status, recorded
@@ -35,63 +25,6 @@ from tests.support.xr import make_xr
 
 # A field no Struct, Value or ListValue has: what a newer or hostile client may send (upb keeps it).
 UNKNOWN = b"\x98\x06\x01"  # field 99, a varint
-# Strings and doubles whose bytes hold what an unset Value encodes as (0a 00, 12 00).
-LOOKALIKES = ["\n\x00", "\x12\x00", "a\n", "\x12"]
-DOUBLES = [-0.0, 0.0, 1.0, 2.0, 1e300, 5e-324, struct_pb2.Value(number_value=0).number_value]
-KEYS = st.text(max_size=4) | st.sampled_from(["", "é", "\n", "\x12", "servingStack"])
-
-
-@st.composite
-def _values(draw: st.DrawFn, depth: int = 0) -> struct_pb2.Value:
-    """A Value as a message may hold it: any kind, unset ones, unknown fields at any level."""
-    value = struct_pb2.Value()
-    kinds = ["unset", "null", "number", "bool", "string"] + (["struct", "list"] if depth < 4 else [])
-    kind = draw(st.sampled_from(kinds))
-    if kind == "null":
-        value.null_value = struct_pb2.NULL_VALUE
-    elif kind == "number":
-        value.number_value = draw(st.sampled_from(DOUBLES) | st.floats(allow_nan=False, allow_infinity=False))
-    elif kind == "bool":
-        value.bool_value = draw(st.booleans())
-    elif kind == "string":
-        value.string_value = draw(st.sampled_from(LOOKALIKES) | st.text(max_size=6))
-    elif kind == "struct":
-        value.struct_value.SetInParent()
-        for key in draw(st.lists(KEYS, max_size=3, unique=True)):
-            value.struct_value.fields[key].CopyFrom(draw(_values(depth + 1)))
-        if draw(st.booleans()):
-            value.struct_value.MergeFromString(UNKNOWN)
-    elif kind == "list":
-        value.list_value.SetInParent()
-        for item in draw(st.lists(_values(depth + 1), max_size=3)):
-            value.list_value.values.add().CopyFrom(item)
-        if draw(st.booleans()):
-            value.list_value.MergeFromString(UNKNOWN)
-    if draw(st.booleans()):
-        value.MergeFromString(UNKNOWN)
-    return value
-
-
-@given(_values())
-def test_a_document_encodes_as_converting_what_was_read_of_it(value: struct_pb2.Value) -> None:
-    body = plain_value(value, "test", "v")
-    assert body_value(value, body) == converted_value(body)
-
-
-def test_a_document_as_crossplane_sends_it_is_not_converted_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    doc = {"priority": 1, "components": {"a": {"values": {"x": [1.5, -0.0, "s", True, None, {}, []]}}}}
-    value = to_struct({"d": doc}).fields["d"]
-    expected = converted_value(plain_value(value, "test", "v"))
-
-    def refused(_: Any) -> bytes:
-        raise AssertionError("converted again")
-
-    monkeypatch.setattr(document, "converted_value", refused)
-    assert body_value(value, plain_value(value, "test", "v")) == expected
-
-
-def test_what_the_plan_says_goes_between_the_said_fields_in_upb_order() -> None:
-    assert sorted(status._NOW, key=wire.sort_key) == list(status._NOW)
 
 
 def _hostile(value: struct_pb2.Value) -> None:
@@ -159,12 +92,8 @@ def test_status_with_hostile_documents_converts_as_the_whole_status_does(monkeyp
     assert all(d.body["components"]["envoy-gateway"]["values"]["hostile"]["unset"] is None for d in documents)
 
 
-def test_documents_a_request_carries_are_encoded_as_it_carries_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Delivered, in the context: read once, and never converted back for status.stack.
-    def refused(_: Any) -> bytes:
-        raise AssertionError("converted again")
-
-    monkeypatch.setattr(document, "converted_value", refused)
+def test_documents_a_request_carries_are_remembered_in_order() -> None:
+    # Delivered, and in the context.
     doc = {**copy.deepcopy(BANK_DOC), "priority": 11}  # content no earlier test parsed
     req = request(
         make_xr("EKS", "NVIDIA"),

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from google.protobuf import json_format, struct_pb2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from function import tree as tree_module
 from function.inputs import plain
 from function.paths import get_path, holder, set_path
 from function.tree import copy_maps, copy_tree, holders, to_struct
@@ -133,20 +131,3 @@ def test_a_list_met_again_converts_as_a_walked_one(tree: dict[str, Any], data: s
     outer = [shared[0], {"in": shared[-1]}, shared[0]]  # a list holding a list met again, itself met again
     tree = {**tree, **{f"again{i}": node for i, node in enumerate(shared)}, "outer": outer, "outer again": outer}
     _converts_as_parse_dict(tree)
-
-
-def test_a_list_met_again_is_merged_from_its_first_conversion(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The mechanism itself: a list met N times is walked once (its items set once), the others merged.
-    secrets: list[Any] = [{"name": "pull"}]
-    tree = {f"c{i}": {"imagePullSecrets": secrets} for i in range(5)}
-    walked: list[Any] = []
-    real = tree_module._set_container
-
-    def counting(target: Any, value: Any, lists: Any) -> None:
-        walked.append(value)
-        real(target, value, lists)
-
-    monkeypatch.setattr(tree_module, "_set_container", counting)
-    struct = to_struct(tree)
-    assert [node for node in walked if node is secrets] == [secrets]
-    assert struct == json_format.ParseDict(tree, struct_pb2.Struct())

@@ -25,15 +25,16 @@ from typing import Any
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf.struct_pb2 import Struct
 
 from function import stack as stacks
 from function.bodies import EXTERNAL_NAME
-from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, renderer
+from function.compose import HELM_PC, KUBERNETES_PC, Observed, provider_config_usage_key, render
+from function.encode import struct_bytes
 from function.helm import Charts, render_release
 from function.model import ServingStack
 from function.overrides import Collected, plan
 from function.paths import get_path
-from function.wire import Resources
 from upgrading.objects import CRDS_DIR, HOOK, TEMPLATE, Difference, Identity, compare_objects, identities
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,12 +149,10 @@ def _render(stack: stacks.Stack) -> dict[str, dict[str, Any]]:
             },
         }
     )
-    composed = Resources()
     observed = Observed({HELM_PC: fnv1.Resource(), KUBERNETES_PC: fnv1.Resource()})
-    renderer(stack).render(xr, observed, plan(stack, Collected()).planned, composed)
-    out = fnv1.State()
-    composed.move_into(out)
-    return {k: resource.struct_to_dict(v.resource) for k, v in out.resources.items()}
+    desired, _ = render(xr, observed, plan(stack, Collected()).planned)
+    # As Crossplane reads them: through protobuf (numbers are doubles).
+    return {k: resource.struct_to_dict(Struct.FromString(struct_bytes(c.body))) for k, c in desired.items()}
 
 
 def _release_row(key: str, old: dict[str, Any], body: dict[str, Any], comp: stacks.Component) -> Row:

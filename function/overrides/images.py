@@ -355,7 +355,7 @@ def merge_pull_secrets(
 # (tests/test_built_values.py checks a render, explain and later plans leave
 # them as built), so one object serves them all: made once, not ~80 objects per
 # plan for the collector to walk while the plan lives, and encoded once per
-# body (function.tree.to_struct). Few distinct secret lists exist per fleet.
+# lasting part (function.encode). Few distinct secret lists exist per fleet.
 _LISTS: BoundedCache[tuple[tuple[str, ...], bool], list[Any]] = BoundedCache("pull-secret lists")
 
 
