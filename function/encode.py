@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import marshal
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, cast
 
 from function.cache import BoundedCache
@@ -92,25 +92,49 @@ class _Lasting:
 _LASTING: BoundedCache[int, _Lasting] = BoundedCache("lasting parts")
 
 
+# Lasting encodings at least this long are kept by reference in a kept response (:func:`rope`); shorter ones
+# cost less copied than a reference and a piece between them.
+_SHARED_BYTES = 64
+
+
+def rope(data: bytes, shared: Sequence[bytes]) -> tuple[bytes, ...]:
+    """``data`` as pieces that concatenate to it: the encodings in ``shared`` (in the order ``data`` holds them)
+    by reference, what lies between them copied. A response kept this way costs what is its own (its
+    ProviderConfig's name, its status, the maps made for it), not what it shares with every other cluster."""
+    pieces: list[bytes] = []
+    pos = 0
+    for part in shared:
+        at = data.find(part, pos)
+        if at < 0:
+            continue
+        if at > pos:
+            pieces.append(data[pos:at])
+        pieces.append(part)
+        pos = at + len(part)
+    if pos < len(data):
+        pieces.append(data[pos:])
+    return tuple(pieces)
+
+
 def lasting(node: Any) -> Any:
     """``node``, a map or list nothing will mutate, encoded now and taken by identity from then on."""
     hit = _LASTING.get(id(node))
     if hit is None or hit.node is not node:
-        value = _value(node, {})
+        value = _value(node, Encoding())
         _LASTING.put(id(node), _Lasting(node, value), 2 * len(value))  # the part itself is about as big
     return node
 
 
-def struct_bytes(tree: dict[str, Any], seen: Seen | None = None) -> bytes:
-    """``tree`` (string keys, JSON values) as an encoded ``Struct``; ``seen``: shared by the trees of one
+def struct_bytes(tree: dict[str, Any], enc: Encoding | None = None) -> bytes:
+    """``tree`` (string keys, JSON values) as an encoded ``Struct``; ``enc``: shared by the trees of one
     response (and the :func:`private_copy` they were made by)."""
-    return _fields(tree, {} if seen is None else seen)
+    return _fields(tree, Encoding() if enc is None else enc)
 
 
-def private_copy(tree: Any, seen: Seen) -> Any:
+def private_copy(tree: Any, enc: Encoding) -> Any:
     """A deep copy of ``tree`` (a body: maps made for the request around lasting parts), for a transform to edit.
 
-    A lasting part is copied from its ``marshal`` serialization, in C; encoding the copy with ``seen`` then
+    A lasting part is copied from its ``marshal`` serialization, in C; encoding the copy with ``enc`` then
     takes the part's encoding while the copy still serializes as the part did.
     """
     found = _LASTING.get(id(tree))
@@ -118,11 +142,11 @@ def private_copy(tree: Any, seen: Seen) -> Any:
         if found.blob is None:
             found.blob = marshal.dumps(tree, _MARSHAL_VERSION)
         copy = marshal.loads(found.blob)
-        seen[id(copy)] = _Copy(copy, found)
+        enc.seen[id(copy)] = _Copy(copy, found)
         return copy
     if type(tree) is dict:
-        return {key: private_copy(v, seen) if type(v) in _CONTAINERS else v for key, v in tree.items()}
-    return [private_copy(v, seen) if type(v) in _CONTAINERS else v for v in tree]
+        return {key: private_copy(v, enc) if type(v) in _CONTAINERS else v for key, v in tree.items()}
+    return [private_copy(v, enc) if type(v) in _CONTAINERS else v for v in tree]
 
 
 _CONTAINERS = frozenset((dict, list))
@@ -135,16 +159,23 @@ class _Copy(NamedTuple):
     part: _Lasting
 
 
-Seen = dict[int, "bytes | _Copy"]
-"""The encodings of the maps and lists met so far, by id, while they all live: one object at several paths (a
-request's ProviderConfig reference in every body, a pull-secret list at every path of a chart's values) is
-encoded once; and the private copies of lasting parts made for transforms."""
+class Encoding:
+    """What encoding one response keeps: the encodings of the maps and lists met so far, by id, while they all
+    live (one object at several paths, as a request's ProviderConfig reference in every body, is encoded once),
+    the private copies of lasting parts made for transforms, and the large lasting encodings the response holds,
+    in order (what :func:`rope` keeps by reference)."""
+
+    __slots__ = ("seen", "shared")
+
+    def __init__(self) -> None:
+        self.seen: dict[int, bytes | _Copy] = {}
+        self.shared: list[bytes] = []
 
 
-def _fields(tree: dict[str, Any], seen: Seen) -> bytes:
+def _fields(tree: dict[str, Any], enc: Encoding) -> bytes:
     out: list[bytes] = []
     for key in _order(tree):
-        value = _value(tree[key], seen)
+        value = _value(tree[key], enc)
         head = _HEADS.get(key) or _head(key)
         length = len(value)
         tail = _VARINTS[length] if length < _VARINT_TABLE else _varint(length)
@@ -188,25 +219,25 @@ def _head(key: str) -> bytes:
     return head
 
 
-def _value(node: Any, seen: Seen) -> bytes:
+def _value(node: Any, enc: Encoding) -> bytes:
     """``node`` as an encoded ``Value``."""
     kind = type(node)
     if kind is str:
         data: bytes = node.encode()
         return _STRING + varint(len(data)) + data
     if kind is dict or kind is list:
-        return _known(node, seen) or _new(node, seen)
+        return _known(node, enc) or _new(node, enc)
     if kind is bool:
         return _TRUE if node else _FALSE
     if kind is int or kind is float:
         return _NUMBER + _DOUBLE.pack(node)
-    return _NULL if node is None else _other(node, seen)
+    return _NULL if node is None else _other(node, enc)
 
 
-def _known(node: dict[str, Any] | list[Any], seen: Seen) -> bytes | None:
+def _known(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes | None:
     """The encoding of ``node`` if met before in this response, lasting, or an unchanged copy of a lasting
     part."""
-    hit = seen.get(id(node))
+    hit = enc.seen.get(id(node))
     if type(hit) is bytes:
         return hit
     if hit is not None:  # a private copy of a lasting part: its encoding while the transforms left it as it was
@@ -217,32 +248,38 @@ def _known(node: dict[str, Any] | list[Any], seen: Seen) -> bytes | None:
             except ValueError:  # something marshal does not write (a str enum, a dict subclass): changed
                 same = False
             if same:
+                if len(copied.part.value) >= _SHARED_BYTES:
+                    enc.shared.append(copied.part.value)
                 return copied.part.value
         return None
     found = _LASTING.get(id(node))
-    return found.value if found is not None and found.node is node else None
+    if found is None or found.node is not node:
+        return None
+    if len(found.value) >= _SHARED_BYTES:
+        enc.shared.append(found.value)
+    return found.value
 
 
-def _new(node: dict[str, Any] | list[Any], seen: Seen) -> bytes:
-    seen[id(node)] = encoded = _container(node, seen)
+def _new(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes:
+    enc.seen[id(node)] = encoded = _container(node, enc)
     return encoded
 
 
-def _container(node: dict[str, Any] | list[Any] | tuple[Any, ...], seen: Seen) -> bytes:
+def _container(node: dict[str, Any] | list[Any] | tuple[Any, ...], enc: Encoding) -> bytes:
     if isinstance(node, dict):
-        body = _fields(node, seen)
+        body = _fields(node, enc)
         return _STRUCT + varint(len(body)) + body
-    items = [_value(item, seen) for item in node]
+    items = [_value(item, enc) for item in node]
     body = b"".join([_ENTRY + varint(len(item)) + item for item in items])
     return _LIST + varint(len(body)) + body
 
 
-def _other(node: Any, seen: Seen) -> bytes:
+def _other(node: Any, enc: Encoding) -> bytes:
     """What :func:`_value` does for subclasses (a str enum, a dict subclass) and tuples."""
     if isinstance(node, str):
-        return _value(str(node), seen)
+        return _value(str(node), enc)
     if isinstance(node, dict | list | tuple):
-        return _container(node, seen)
+        return _container(node, enc)
     if isinstance(node, bool):  # before int: a bool is an int
         return _TRUE if node else _FALSE
     if isinstance(node, int | float):

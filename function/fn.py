@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from function import events, legacy, overrides, requestlog, tenancy, transforms
 from function.cache import BoundedCache
 from function.compose import Desired, Observed, render
-from function.encode import Seen, read_varint, sort_key, struct_bytes, varint
+from function.encode import Encoding, read_varint, rope, sort_key, struct_bytes, varint
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.overrides import memory
@@ -29,11 +29,13 @@ from function.xr import observed_xr
 
 class Rendered(NamedTuple):
     """A response without its desired composed resources, which ``resources`` holds encoded (see
-    :func:`serialize`); ``status.stack`` as it wrote it, if it did."""
+    :func:`serialize`); ``status.stack`` as it wrote it, if it did; the large encodings it shares with other
+    responses, in order (:func:`function.encode.rope`)."""
 
     rsp: fnv1.RunFunctionResponse
     resources: dict[str, bytes]
     stack: StackStatus | None = None
+    shared: tuple[bytes, ...] = ()
 
 
 def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialized: bytes | None = None) -> Rendered:
@@ -57,8 +59,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
             return Rendered(rsp, _carried(rsp))  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
         desired, pending = render(xr, Observed(req.observed.resources), plan.planned)
-        seen: Seen = {}
-        resources = _resources(rsp, desired, apply_transforms(extra, xr, desired, seen), extra, seen)
+        enc = Encoding()
+        resources, shared = _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
     except InputError as err:
         return Rendered(_fatal(req, str(err)), {})
     rendered = set(resources)
@@ -78,7 +80,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
     # once per request.
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
-    return Rendered(rsp, resources, stack_status)
+    # The composite, and so status.stack (one object per distinct status), goes before the resources.
+    return Rendered(rsp, resources, stack_status, (stack_status.serialized, *shared))
 
 
 def _resources(
@@ -86,20 +89,22 @@ def _resources(
     desired: Desired,
     bodies: Mapping[str, Any],
     extra: Sequence[Transform],
-    seen: Seen,
-) -> dict[str, bytes]:
+    enc: Encoding,
+) -> tuple[dict[str, bytes], list[bytes]]:
     """Every composed resource desired, encoded as a ``Resource``: ours with their body in ``bodies`` (what
     ``extra`` transforms made of the rendered one), and those an earlier step desired (taken out of ``rsp``).
     A resource both desire takes our body, and our readiness where we have one. Only transforms can have put
-    into a body something that is not JSON."""
+    into a body something that is not JSON. And the large encodings they share, in the response's order."""
     carried = rsp.desired.resources
     out = {}
+    shared: dict[str, list[bytes]] = {}
     for key, (_, ready) in desired.items():
         body = bodies[key]
+        enc.shared = shared[key] = []
         try:
             if type(body) is not dict:
                 raise TypeError(f"a resource is a map, not a {type(body).__name__}")
-            data = struct_bytes(body, seen)
+            data = struct_bytes(body, enc)
         except TypeError as err:
             raise InputError(
                 f"transforms {transforms.names(extra)}: resource {key}: {err}; a resource holds JSON values only"
@@ -113,7 +118,7 @@ def _resources(
             continue
         out[key] = _RESOURCE + varint(len(data)) + data + (_READY_TRUE if ready else b"")
     out.update(_carried(rsp))
-    return out
+    return out, [part for key in sorted(out, key=sort_key) for part in shared.get(key, ())]
 
 
 # Resource fields (run_function.proto): resource (1, a Struct), ready (3, an enum).
@@ -250,6 +255,10 @@ def _too_large(resources: Mapping[str, bytes], size: int) -> str:
     )
 
 
+# What a kept response's piece costs beside its bytes: the tuple's reference, a copied piece's object header.
+_PIECE_BYTES = 48
+
+
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """Serves RunFunction; every request is independent and never raises.
 
@@ -267,25 +276,29 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # also the fastest hash hashlib has where the CPU computes it, as
         # current x86 (SHA-NI) and arm64 (SHA2 extensions) do). Kept
         # serialized, without their meta (the tag differs per call), with what
-        # the request log says of them: ~60 KB for a full stack, so the byte
-        # bound holds about a thousand clusters. Per runner: its transforms
-        # are part of what a response depends on.
-        self._responses: BoundedCache[bytes, tuple[memoryview, requestlog.Summary]] = BoundedCache("responses")
+        # the request log says of them; as a rope (function.encode.rope): a
+        # full stack's ~60 KB are mostly encodings every cluster of its stack
+        # shares, so an entry costs its own few KB and the default budget
+        # holds a fleet of ten thousand. Per runner: its transforms are part
+        # of what a response depends on.
+        self._responses: BoundedCache[bytes, tuple[tuple[bytes, ...], requestlog.Summary]] = BoundedCache("responses")
 
-    def _compute(self, req: fnv1.RunFunctionRequest, serialized: bytes) -> tuple[bytes, requestlog.Summary]:
-        """The response to ``req``, serialized with its meta; what the log says of it."""
+    def _compute(
+        self, req: fnv1.RunFunctionRequest, serialized: bytes
+    ) -> tuple[bytes, requestlog.Summary, tuple[bytes, ...]]:
+        """The response to ``req``, serialized with its meta; what the log says of it; what it shares."""
         try:
-            rsp, resources, stack_status = run(req, self.transforms, serialized)
+            rsp, resources, stack_status, shared = run(req, self.transforms, serialized)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-            resources, stack_status = {}, None
+            resources, stack_status, shared = {}, None, ()
         data = serialize(rsp, resources)
         if len(data) > MAX_RESPONSE_BYTES:
-            rsp, resources, stack_status = _fatal(req, _too_large(resources, len(data))), {}, None
+            rsp, resources, stack_status, shared = _fatal(req, _too_large(resources, len(data))), {}, None, ()
             data = _serialize(rsp)
         said = None if stack_status is None else stack_status.said
-        return data, requestlog.summarize(rsp, len(resources), said)
+        return data, requestlog.summarize(rsp, len(resources), said), shared
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""
@@ -298,14 +311,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         key = hashlib.sha256(_without_meta(serialized)).digest()
         hit = self._responses.get(key)
         if hit is None:
-            data, summary = self._compute(req, serialized)
+            data, summary, shared = self._compute(req, serialized)
             if not summary.internal_error:  # a bug is not worth keeping
-                kept = _without_meta(data)  # the tag differs per call
-                self._responses.put(key, (kept, summary), len(kept))
+                kept = rope(bytes(_without_meta(data)), shared)  # the tag differs per call
+                by_reference = {id(part) for part in shared}
+                own = sum(len(p) for p in kept if id(p) not in by_reference)
+                self._responses.put(key, (kept, summary), own + _PIECE_BYTES * len(kept))
             requestlog.record(self.log, req, summary, time.perf_counter() - start)
             return data
         requestlog.record(self.log, req, hit[1], time.perf_counter() - start)
-        return _meta(req) + hit[0]
+        return b"".join((_meta(req), *hit[0]))
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest | Refused, _: grpc.aio.ServicerContext | None = None

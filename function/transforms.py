@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from function.compose import Desired
-from function.encode import Seen, private_copy
+from function.encode import Encoding, private_copy
 from function.errors import InputError
 from function.model import ServingStack
 
@@ -35,12 +35,14 @@ def names(transforms: Sequence[Transform]) -> str:
     return ", ".join(_name(t) for t in transforms)
 
 
-def apply_transforms(transforms: Sequence[Transform], xr: ServingStack, desired: Desired, seen: Seen) -> dict[str, Any]:
+def apply_transforms(
+    transforms: Sequence[Transform], xr: ServingStack, desired: Desired, enc: Encoding
+) -> dict[str, Any]:
     """The bodies of ``desired`` as ``transforms`` edit them, in order: a private copy (:func:`private_copy`,
-    which ``seen`` then encodes), or the bodies themselves when there are none."""
+    which ``enc`` then encodes), or the bodies themselves when there are none."""
     if not transforms:
         return {key: composed.body for key, composed in desired.items()}
-    resources = {key: private_copy(composed.body, seen) for key, composed in desired.items()}
+    resources = {key: private_copy(composed.body, enc) for key, composed in desired.items()}
     for transform in transforms:
         try:
             transform(xr, resources)
