@@ -257,7 +257,7 @@ _SKELETONS: BoundedCache[tuple[str, ...], tuple[Template, dict[str, Any]]] = Bou
 
 # Overridden component bodies, keyed by identity: a planned component is a
 # cached plan's own object, held in the entry so its id stays unique while
-# cached. The plan cache holds 128 plans; a mirrored plan changes all ~26.
+# cached. A mirrored plan changes all ~26.
 _DERIVED: BoundedCache[tuple[int, str, tuple[str, ...]], tuple[Component, Template]] = BoundedCache("overridden bodies")
 
 
