@@ -56,18 +56,13 @@ VERSION_COMPONENTS = {
 # definition.yaml@a3a11bc5 L178-207; recorded in facts/pr406-dynamo.yaml), and
 # where each pin is held now. Its compose-inference-cluster never sets them,
 # so a stored value is the default unless a person wrote another.
-PR406_PIN_DEFAULTS = {
-    ("standard", "leaderWorkerSet"): "v0.8.0",
-    ("dynamo", "grove"): "v0.1.0-alpha.6",
-    ("dynamo", "kaiScheduler"): "v0.16.8",
-    ("dynamo", "modelExpress"): "0.4.1",
-}
-PR406_PIN_HOLDS = {
-    ("standard", "leaderWorkerSet"): "servingStack.components.leader-worker-set.version",
-    ("dynamo", "grove"): "servingStack.components.grove.version",
-    ("dynamo", "kaiScheduler"): "servingStack.components.kai-scheduler.version",
+# (group, field) -> (PR #406's default, the override that holds it now)
+PR406_PINS = {
+    ("standard", "leaderWorkerSet"): ("v0.8.0", "servingStack.components.leader-worker-set.version"),
+    ("dynamo", "grove"): ("v0.1.0-alpha.6", "servingStack.components.grove.version"),
+    ("dynamo", "kaiScheduler"): ("v0.16.8", "servingStack.components.kai-scheduler.version"),
     # An image tag, not a chart: the Deployment's container image, by a manifest patch.
-    ("dynamo", "modelExpress"): "servingStack.components.modelexpress-server.manifest (the container image)",
+    ("dynamo", "modelExpress"): ("0.4.1", "servingStack.components.modelexpress-server.manifest (the container image)"),
 }
 
 
@@ -143,7 +138,7 @@ def _check_versions(spec: ServingStackSpec, name: str) -> None:
 
 
 def _check_stack_pins(spec: ServingStackSpec, name: str) -> None:
-    for (group, field), default in PR406_PIN_DEFAULTS.items():
+    for (group, field), (default, hold) in PR406_PINS.items():
         pins = getattr(spec, group)
         pin = getattr(pins, field) if pins is not None else None
         if pin is None or pin == default:
@@ -151,5 +146,5 @@ def _check_stack_pins(spec: ServingStackSpec, name: str) -> None:
         raise InputError(
             f"{name}: spec.{group}.{field}: {pin} differs from Modelplane PR #406's default {default}, and "
             f"spec.{group} is deprecated and no longer read; hold it with an EnvironmentConfig "
-            f"({PR406_PIN_HOLDS[group, field]}) or remove the pin"
+            f"({hold}) or remove the pin"
         )

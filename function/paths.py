@@ -26,7 +26,8 @@ def get_path(data: Any, path: str, default: Any = None) -> Any:
     return node
 
 
-def _selector(part: str) -> tuple[str, str, str]:
+def selector(part: str) -> tuple[str, str, str]:
+    """A ``key[field=value]`` part's key, field and value."""
     key, _, selector = part.partition("[")
     field, _, value = selector.removesuffix("]").partition("=")
     return key, field, value
@@ -34,7 +35,7 @@ def _selector(part: str) -> tuple[str, str, str]:
 
 def element(node: Any, part: str) -> dict[str, Any] | None:
     """The list element a ``key[field=value]`` part names in ``node``; None where there is none."""
-    key, field, value = _selector(part)
+    key, field, value = selector(part)
     items = node.get(key) if isinstance(node, dict) else None
     if not isinstance(items, list):
         return None
@@ -79,7 +80,7 @@ def opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[s
         if "[" in part:
             found = element(node, part)
             if found is None:
-                key, field, value = _selector(part)
+                key, field, value = selector(part)
                 items = node.get(key)
                 if not isinstance(items, list):
                     items = node[key] = []

@@ -14,7 +14,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
-from function.paths import element
+from function.paths import element, selector
 
 
 def copy_tree(node: Any) -> Any:
@@ -48,7 +48,7 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
         node = root
         for part in parts:
             if "[" in part:  # a list element (function.paths): the list and the element copied
-                key = part.partition("[")[0]
+                key = selector(part)[0]
                 if not isinstance(node.get(key), list):
                     break
                 items = node[key] = [dict(i) if isinstance(i, dict) else i for i in node[key]]

@@ -1,7 +1,7 @@
 """The AICR recipe resolver on the real recipes (RESOLUTION.md §9-§11).
 
 Parity tests against the real v0.11.1 data (``aicr/recipes`` of the reference sources,
-``../shared``) run where it exists and are skipped otherwise: the resolver only runs when
+reached through ``tests/support/parity.py``) run where it exists and are skipped otherwise: the resolver only runs when
 ``./dev refresh`` writes the AICR lock. The merge rules and errors on synthetic data are in
 ``test_aicr_rules.py``.
 """

@@ -1,6 +1,6 @@
 """facts/: what the repository keeps from outside, and the refresh command that writes it.
 
-Parity tests compare facts/ with the reference sources (``../shared``) where they
+Parity tests compare facts/ with the reference sources (``tests/support/parity.py``) where they
 exist and are skipped otherwise; the rest runs on any clone.
 """
 

@@ -87,18 +87,17 @@ REFERENCE_DIR = re.compile(r"\.\./shared\b|/\s*[\"']shared[\"']")
 MAY_NAME_THE_REFERENCE_DIR = {
     "generator/refresh.py",  # the refresh command: DEFAULT_SHARED
     "tests/support/parity.py",  # the parity tests' one way there, skipping where it is absent
-    "tests/test_facts.py",  # parity tests
-    "tests/test_aicr_recipes.py",  # parity tests
+    "dev",  # the refresh command's usage line
     "tests/test_layout.py",  # this guard
 }
 
 
 def test_only_the_refresh_command_and_parity_tests_name_the_reference_directory() -> None:
     folders = ("function", "generator", "upgrading", "stacks", "facts", "schema", "docs", "example", "package")
+    files = [p for folder in (*folders, "tests", "bench", ".ci") for p in (REPO / folder).rglob("*")]
     naming = sorted(
         rel
-        for folder in (*folders, "tests", "bench")
-        for p in (REPO / folder).rglob("*")
+        for p in (*files, REPO / "dev", REPO / "README.md")
         if p.is_file()
         and "__pycache__" not in p.parts
         and (rel := str(p.relative_to(REPO))) not in MAY_NAME_THE_REFERENCE_DIR

@@ -250,3 +250,17 @@ def test_explain_says_which_documents_are_remembered(tmp_path: Path, invoke: Inv
     assert "EnvironmentConfigs applied, in order: prod-hold (remembered: absent now)" in out
     assert "warning: EnvironmentConfig prod-hold applied at the last reconcile but it was not delivered" in out
     assert "chart.version  v1.17.1  [prod-hold]" in out
+
+
+def test_on_the_dynamo_stack_grove_and_kai_staged_ahead_stay_when_their_document_goes(server: str) -> None:
+    # The dev cluster took Grove and KAI ahead of the generated versions; the
+    # document going missing must not downgrade them under running gangs.
+    staged = load_docs(EXAMPLE / "dynamo" / "dynamo-dev-next.yaml")[0]
+    xr = load_docs(EXAMPLE / "dynamo" / "xr-dynamo-dev.yaml")[0]
+    cluster = Cluster(server, xr)
+    before = desired(cluster.steady(staged))
+    versions = {k: before[k]["spec"]["forProvider"]["chart"]["version"] for k in ("grove", "kai-scheduler")}
+    assert versions == {"grove": "v0.1.0-alpha.7", "kai-scheduler": "v0.17.0"}
+    result = cluster.reconcile()
+    assert desired(result) == before
+    assert any("dynamo-dev-next" in w for w in warnings(result)), warnings(result)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from function import generated, stack
 from function.errors import InputError
-from function.model import Accelerator, Cloud
+from function.model import Accelerator, Cloud, StackKind
 from function.overrides import Collected, plan, strict
 from function.overrides.document import Document, OverrideDocument
 from function.overrides.images import pod_containers, qualify, split_reference
@@ -152,10 +152,10 @@ def _upstream_references(obj: Any, hosts: set[str]) -> list[str]:
     return [f"{p}: {s}" for p, s in _strings(obj) if pattern.search(s)]
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
-def test_strict_catch_all_leaves_no_upstream_reference_anywhere(cloud: str, accelerator: str) -> None:
-    xr = make_xr(cloud, accelerator)
-    module = stack.module_name(cloud, accelerator)
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), STACKS)
+def test_strict_catch_all_leaves_no_upstream_reference_anywhere(cloud: str, accelerator: str, kind: str) -> None:
+    xr = make_xr(cloud, accelerator, stack=kind)
+    module = stack.module_name(cloud, accelerator, kind)
     hosts = _hosts_of_generated(module)
     # Without the mirror the stack is full of upstream references: the scan works.
     assert _upstream_references(desired(render(xr)), hosts)
@@ -170,11 +170,11 @@ def test_strict_catch_all_leaves_no_upstream_reference_anywhere(cloud: str, acce
             ), key
 
 
-@pytest.mark.parametrize(("cloud", "accelerator"), PAIRS)
-def test_every_declared_image_is_written_explicitly_to_the_mirror(cloud: str, accelerator: str) -> None:
-    chosen = stack.load(Cloud(cloud), Accelerator(accelerator))
+@pytest.mark.parametrize(("cloud", "accelerator", "kind"), STACKS)
+def test_every_declared_image_is_written_explicitly_to_the_mirror(cloud: str, accelerator: str, kind: str) -> None:
+    chosen = stack.load(Cloud(cloud), Accelerator(accelerator), StackKind(kind))
     assert chosen is not None
-    got = desired(overridden(make_xr(cloud, accelerator), ec("mirror", mirror_all(strict=False))))
+    got = desired(overridden(make_xr(cloud, accelerator, stack=kind), ec("mirror", mirror_all(strict=False))))
     checked = 0
     for c in chosen.components:
         if not c.images:
@@ -432,3 +432,15 @@ def test_a_mirror_change_copies_only_what_it_writes() -> None:
             assert new is comp, f"{comp.key}: rebuilt though no mirror touches it"
             untouched += 1
     assert shared and untouched  # the stack has both kinds
+
+
+@pytest.mark.parametrize(("cloud", "accelerator"), [(c, a) for c, a, k in STACKS if k == "Dynamo"])
+def test_image_pull_secrets_reach_kai_and_modelexpress_on_the_dynamo_stack(cloud: str, accelerator: str) -> None:
+    doc = {"registry": {"imagePullSecrets": ["mirror-pull"]}}
+    got = desired(overridden(make_xr(cloud, accelerator, stack="Dynamo"), ec("secrets", doc)))
+    kai = got["kai-scheduler"]["spec"]["forProvider"]["values"]
+    assert kai["global"]["imagePullSecrets"] == [{"name": "mirror-pull"}]
+    server = got["modelexpress-server"]["spec"]["forProvider"]["manifest"]
+    assert server["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "mirror-pull"}]
+    # grove-charts v0.1.0-alpha.6 has no pull-secret value (no imagePullSecrets in its templates): none written.
+    assert "imagePullSecrets" not in str(got["grove"]["spec"]["forProvider"]["values"])
