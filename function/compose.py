@@ -30,7 +30,7 @@ from function.inputs import ready
 from function.model import SecretEntry, ServingStack
 from function.overrides.planned import REMOVED, UNMANAGED, Planned
 from function.stack import Component
-from function.tree import copy_maps, holders
+from function.tree import copy_tree
 
 USAGE_API = "protection.crossplane.io/v1beta1"
 # Names the EnvironmentConfigs that changed a resource, for auditors.
@@ -156,7 +156,7 @@ def _parts(planned: Planned) -> _Parts:
 def body(planned: Planned, pc_ref: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
     """A planned component's body for one XR: ``pc_ref`` its ProviderConfig reference, the gateway ``params``
     filled in where its manifest takes XR fields. Only its top, its spec and what an XR field goes through are
-    made for the request; the rest is lasting (never written into: transforms edit a copy)."""
+    made for the request; the rest is lasting (function.encode)."""
     component = planned.component
     parts = _parts(planned)
     api, kind = api_kind(component)
@@ -173,8 +173,9 @@ def body(planned: Planned, pc_ref: dict[str, Any], params: Mapping[str, Any]) ->
 
 
 def _filled(component: Component, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``spec.forProvider`` of an Object whose manifest takes XR fields: fresh maps down to what it fills."""
-    manifest = copy_maps(component.manifest, holders(component.xr_fields))
+    """``spec.forProvider`` of an Object whose manifest takes XR fields: made for the request, all of it (a
+    transform may edit it in place; the plan's manifest stays as built). A gateway's few maps."""
+    manifest = copy_tree(component.manifest)
     for path, param in component.xr_fields.items():
         *parents, leaf = path.split(".")
         holder = manifest

@@ -5,10 +5,11 @@ A composed body is a few small maps made for the request (its top, its
 component's values or manifest, its metadata and chart, which the plan holds
 and no one mutates (:func:`lasting` names them). :func:`struct_bytes` encodes
 a tree, taking each lasting part's encoding by identity, so a request costs
-the maps made for it. A fork's transforms edit a private copy of the bodies
-(:func:`private_copy`), whose lasting parts are copied from their ``marshal``
-serialization (written in C, lossless: ``True``, ``1`` and ``1.0`` apart);
-a copy that still serializes as its part did takes the part's encoding.
+the maps made for it. A fork's transforms edit the same bodies: the maps made
+for the request copied, the lasting parts as they are (:func:`editable`);
+a part still serializing as it did (``marshal``, in C and lossless: ``True``,
+``1`` and ``1.0`` apart) keeps its encoding, one a transform edited is encoded
+as it is and then put back (:func:`settle`, :func:`restore`).
 
 The bytes are what ``tree.to_struct(tree).SerializeToString(deterministic=True)``
 gives (tests/test_encode.py): map entries in upb's order (:func:`sort_key`),
@@ -17,10 +18,11 @@ each entry's key and value always written, numbers as doubles.
 
 from __future__ import annotations
 
+import copy
 import marshal
 import struct
-from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Iterable, Sequence, Set
+from typing import Any
 
 from function.cache import BoundedCache
 
@@ -76,14 +78,14 @@ def sort_key(key: str) -> bytes:
 
 
 class _Lasting:
-    """A lasting part and its encoding as a ``Value``; its marshal serialization once a copy is compared."""
+    """A lasting part, its encoding as a ``Value`` and its ``marshal`` serialization (what it must still be)."""
 
     __slots__ = ("blob", "node", "value")
 
-    def __init__(self, node: Any, value: bytes) -> None:
+    def __init__(self, node: Any, value: bytes, blob: bytes) -> None:
         self.node = node
         self.value = value
-        self.blob: bytes | None = None
+        self.blob = blob
 
 
 # Lasting parts by id (the entry holds the part, so the id stays its own):
@@ -117,59 +119,127 @@ def rope(data: bytes, shared: Sequence[bytes]) -> tuple[bytes, ...]:
 
 
 def lasting(node: Any) -> Any:
-    """``node``, a map or list nothing will mutate, encoded now and taken by identity from then on."""
-    hit = _LASTING.get(id(node))
-    if hit is None or hit.node is not node:
-        value = _value(node, Encoding())
-        _LASTING.put(id(node), _Lasting(node, value), 2 * len(value))  # the part itself is about as big
-    return node
+    """A copy of ``node`` (JSON maps and lists) that only rendering's bodies hold, encoded now and taken by
+    identity from then on. Its own copy: nothing else reaches into it, so a part a transform edited is put
+    back whole (:func:`restore`). ``node`` itself if ``marshal`` cannot write it (then it is encoded anew
+    each time, and copied for transforms)."""
+    try:
+        blob = marshal.dumps(node, _MARSHAL_VERSION)
+    except ValueError:  # a str enum, a dict subclass: not a lasting part
+        return node
+    owned = marshal.loads(blob)
+    value = _value(owned, Encoding())
+    # The part, its blob and its encoding are about the same size each.
+    _LASTING.put(id(owned), _Lasting(owned, value, blob), 3 * len(value))
+    return owned
 
 
 def struct_bytes(tree: dict[str, Any], enc: Encoding | None = None) -> bytes:
     """``tree`` (string keys, JSON values) as an encoded ``Struct``; ``enc``: shared by the trees of one
-    response (and the :func:`private_copy` they were made by)."""
+    response."""
     return _fields(tree, Encoding() if enc is None else enc)
 
 
-def private_copy(tree: Any, enc: Encoding) -> Any:
-    """A deep copy of ``tree`` (a body: maps made for the request around lasting parts), for a transform to edit.
+def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
+    """``tree`` (a body: maps made for the request around lasting parts), to be edited in place by transforms.
 
-    A lasting part is copied from its ``marshal`` serialization, in C; encoding the copy with ``enc`` then
-    takes the part's encoding while the copy still serializes as the part did.
+    The maps made for the request are handed over as they are, once each: one met again at another path
+    (the ProviderConfig reference every body holds) is copied there, so that editing one body edits only it.
+    Each lasting part is handed over as it is (copied where met again), and ``enc`` notes it. After the
+    transforms, :func:`settle` tells the parts left as they were, whose encodings stand, from those edited,
+    which are encoded as they are now and then put back by :func:`restore`: a no-op transform costs a
+    ``marshal`` serialization of the parts, not a copy of them.
     """
-    found = _LASTING.get(id(tree))
+    found = _LASTING.peek(id(tree))  # the encoder counts it as used, if it stays
     if found is not None and found.node is tree:
-        if found.blob is None:
-            found.blob = marshal.dumps(tree, _MARSHAL_VERSION)
-        copy = marshal.loads(found.blob)
-        enc.seen[id(copy)] = _Copy(copy, found)
-        return copy
-    if type(tree) is dict:
-        return {key: private_copy(v, enc) if type(v) in _CONTAINERS else v for key, v in tree.items()}
-    return [private_copy(v, enc) if type(v) in _CONTAINERS else v for v in tree]
+        if id(tree) in enc.reached:
+            return marshal.loads(found.blob)
+        enc.reached[id(tree)] = found
+        return tree
+    if id(tree) in enc.met:
+        return _copy(tree)
+    enc.met.add(id(tree))
+    for key, value in tree.items() if type(tree) is dict else enumerate(tree):
+        if type(value) in _CONTAINERS:
+            handed = editable(value, enc)
+            if handed is not value:
+                tree[key] = handed  # type: ignore[index]  # a list's index, a map's key
+                enc.copies.append((tree, key, handed, value))
+    return tree
 
 
+# What :func:`editable` walks; everything else in a body is immutable (or a transform's).
 _CONTAINERS = frozenset((dict, list))
 
 
-class _Copy(NamedTuple):
-    """A private copy of a lasting part (held, so its id stays its own), and the part."""
+def _copy(tree: dict[str, Any] | list[Any]) -> Any:
+    try:
+        return marshal.loads(marshal.dumps(tree, _MARSHAL_VERSION))
+    except ValueError:  # something marshal does not write (a str enum): copied node by node
+        return copy.deepcopy(tree)
 
-    copy: Any
-    part: _Lasting
+
+def settle(enc: Encoding) -> None:
+    """After transforms: the lasting parts :func:`editable` handed over that still serialize as they were
+    stand (their encodings are taken); the others are noted, to be put back by :func:`restore`. A copy
+    still equal to the map it was made of gives way to it again, encoded once."""
+    changed = []
+    for part in enc.reached.values():
+        if not _same(part.node, part.blob):
+            changed.append(part)
+    enc.changed = changed
+    enc.trusted = enc.reached.keys() - {id(part.node) for part in changed}
+    for holder, key, copied, original in enc.copies:
+        try:
+            if holder[key] is copied and _same(copied, marshal.dumps(original, _MARSHAL_VERSION)):
+                holder[key] = original
+        except (LookupError, ValueError, TypeError):  # the transforms reshaped the holder or the original
+            continue
+
+
+def _same(node: Any, blob: bytes) -> bool:
+    """Whether ``node`` serializes as ``blob``: holds exactly what it held (``True``, ``1`` and ``1.0`` apart)."""
+    try:
+        return marshal.dumps(node, _MARSHAL_VERSION) == blob
+    except ValueError:  # something marshal does not write, which only a transform can have put: changed
+        return False
+
+
+def restore(enc: Encoding) -> None:
+    """Every lasting part the transforms edited, put back as it was, in place: its holders keep the object.
+    Rendering calls it once the response is encoded, or once a transform failed."""
+    if enc.trusted is None:
+        if not enc.reached:
+            return
+        settle(enc)
+    for part in enc.changed:
+        pristine = marshal.loads(part.blob)
+        node = part.node
+        node.clear()
+        if type(node) is dict:
+            node.update(pristine)
+        else:
+            node.extend(pristine)
+    enc.changed = []
 
 
 class Encoding:
     """What encoding one response keeps: the encodings of the maps and lists met so far, by id, while they all
-    live (one object at several paths, as a request's ProviderConfig reference in every body, is encoded once),
-    the private copies of lasting parts made for transforms, and the large lasting encodings the response holds,
-    in order (what :func:`rope` keeps by reference)."""
+    live (one object at several paths, as a request's ProviderConfig reference in every body, is encoded once);
+    the large lasting encodings the response holds, in order (what :func:`rope` keeps by reference); and, once
+    transforms ran, the lasting parts handed to them, which of them stand, and which they changed."""
 
-    __slots__ = ("seen", "shared")
+    __slots__ = ("changed", "copies", "met", "reached", "seen", "shared", "trusted")
 
     def __init__(self) -> None:
-        self.seen: dict[int, bytes | _Copy] = {}
+        self.seen: dict[int, bytes] = {}
         self.shared: list[bytes] = []
+        self.reached: dict[int, _Lasting] = {}
+        self.trusted: Set[int] | None = None  # None: no transform ran, every lasting part stands
+        self.changed: list[_Lasting] = []
+        self.met: set[int] = set()  # the maps made for the request handed to transforms, by id
+        # Where a map met again was copied: (its holder, the key there, the copy, the map).
+        self.copies: list[tuple[Any, Any, Any, Any]] = []
 
 
 def _fields(tree: dict[str, Any], enc: Encoding) -> bytes:
@@ -235,25 +305,13 @@ def _value(node: Any, enc: Encoding) -> bytes:
 
 
 def _known(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes | None:
-    """The encoding of ``node`` if met before in this response, lasting, or an unchanged copy of a lasting
-    part."""
+    """The encoding of ``node`` if met before in this response, or lasting (and, after transforms, left as it
+    was)."""
     hit = enc.seen.get(id(node))
-    if type(hit) is bytes:
+    if hit is not None:
         return hit
-    if hit is not None:  # a private copy of a lasting part: its encoding while the transforms left it as it was
-        copied = cast(_Copy, hit)
-        if copied.copy is node:
-            try:
-                same = marshal.dumps(node, _MARSHAL_VERSION) == copied.part.blob
-            except ValueError:  # something marshal does not write (a str enum, a dict subclass): changed
-                same = False
-            if same:
-                if len(copied.part.value) >= _SHARED_BYTES:
-                    enc.shared.append(copied.part.value)
-                return copied.part.value
-        return None
     found = _LASTING.get(id(node))
-    if found is None or found.node is not node:
+    if found is None or found.node is not node or (enc.trusted is not None and id(node) not in enc.trusted):
         return None
     if len(found.value) >= _SHARED_BYTES:
         enc.shared.append(found.value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -16,9 +17,10 @@ from google.protobuf.message import DecodeError
 from function import events, legacy, overrides, requestlog, tenancy, transforms
 from function.cache import BoundedCache
 from function.compose import Desired, Observed, render
-from function.encode import Encoding, read_varint, rope, sort_key, struct_bytes, varint
+from function.encode import Encoding, read_varint, restore, rope, sort_key, struct_bytes, varint
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
+from function.model import ServingStack
 from function.overrides import memory
 from function.overrides.collect import secrets_policy
 from function.stack import refuse_switch, select_stack
@@ -59,8 +61,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
             return Rendered(rsp, _carried(rsp))  # asked Crossplane for the EnvironmentConfigs; render once they arrive
         plan = overrides.plan(chosen, found)
         desired, pending = render(xr, Observed(req.observed.resources), plan.planned)
-        enc = Encoding()
-        resources, shared = _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
+        resources, shared = _encoded(rsp, xr, desired, extra)
     except InputError as err:
         return Rendered(_fatal(req, str(err)), {})
     rendered = set(resources)
@@ -82,6 +83,25 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
     # The composite, and so status.stack (one object per distinct status), goes before the resources.
     return Rendered(rsp, resources, stack_status, (stack_status.serialized, *shared))
+
+
+# Transforms edit lasting parts in place until the response is encoded and they are put back: one
+# request at a time may (the server runs one; a library caller might run several threads).
+_EDITING = threading.Lock()
+
+
+def _encoded(
+    rsp: fnv1.RunFunctionResponse, xr: ServingStack, desired: Desired, extra: Sequence[Transform]
+) -> tuple[dict[str, bytes], list[bytes]]:
+    """The desired composed resources encoded (:func:`_resources`), ``extra`` transforms applied first."""
+    enc = Encoding()
+    if not extra:
+        return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
+    with _EDITING:
+        try:
+            return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
+        finally:
+            restore(enc)
 
 
 def _resources(

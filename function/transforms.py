@@ -10,6 +10,11 @@ desired resource deletes it from the cluster, which only an explicit
 override (``state: Removed``) may do. A transform that raises, or that adds
 or removes a resource, turns the response into a Fatal naming it, so
 Crossplane keeps the last applied state.
+
+The objects a transform is given are the ones the response is encoded from,
+and parts of them last beyond the call (what every cluster's bodies share,
+put back as they were once the response is encoded): a transform must not
+keep them past its call.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from function.compose import Desired
-from function.encode import Encoding, private_copy
+from function.encode import Encoding, editable, settle
 from function.errors import InputError
 from function.model import ServingStack
 
@@ -38,11 +43,12 @@ def names(transforms: Sequence[Transform]) -> str:
 def apply_transforms(
     transforms: Sequence[Transform], xr: ServingStack, desired: Desired, enc: Encoding
 ) -> dict[str, Any]:
-    """The bodies of ``desired`` as ``transforms`` edit them, in order: a private copy (:func:`private_copy`,
-    which ``enc`` then encodes), or the bodies themselves when there are none."""
+    """The bodies of ``desired`` as ``transforms`` edit them, in order: the bodies themselves when there are
+    none, else as :func:`function.encode.editable` hands them over through ``enc`` (the caller puts back what
+    they edited of the lasting parts: :func:`function.encode.restore`, once the response is encoded)."""
     if not transforms:
         return {key: composed.body for key, composed in desired.items()}
-    resources = {key: private_copy(composed.body, enc) for key, composed in desired.items()}
+    resources = {key: editable(composed.body, enc) for key, composed in desired.items()}
     for transform in transforms:
         try:
             transform(xr, resources)
@@ -56,4 +62,5 @@ def apply_transforms(
                 f"transform {_name(transform)}: transforms may change resources, not add or remove them "
                 f"(added {added}, removed {removed})"
             )
+    settle(enc)
     return resources

@@ -63,31 +63,69 @@ def test_a_tree_encodes_as_protobuf_serializes_its_struct(tree: dict[str, Any], 
 
 
 @given(TREES, st.data())
-def test_a_private_copy_encodes_as_what_it_holds(tree: dict[str, Any], data: st.DataObject) -> None:
-    # A copy of a body around lasting parts, edited or not: its encoding is protobuf's of what it holds now.
-    body = {"top": tree, **{f"part{i}": encode.lasting(v) for i, v in enumerate(tree.values()) if type(v) is dict}}
-    seen: encode.Seen = {}
-    copied = encode.private_copy(body, seen)
-    assert copied == body
+def test_a_body_transforms_edit_encodes_as_what_it_holds_and_its_lasting_parts_come_back(
+    tree: dict[str, Any], data: st.DataObject
+) -> None:
+    # A body around lasting parts (one at two paths) and a map made for the request at two paths, edited
+    # or not: it encodes as protobuf encodes what it holds after the edit; then the parts are as they were.
+    parts = {f"part{i}": encode.lasting(v) for i, v in enumerate(tree.values()) if type(v) in (dict, list)}
+    shared = {"name": "pc"}
+    body: dict[str, Any] = {"top": tree, **parts, "again": next(iter(parts.values()), []), "r1": shared, "r2": shared}
+    kept = {key: (to_struct({"p": part}).SerializeToString(deterministic=True)) for key, part in parts.items()}
+    enc = encode.Encoding()
+    handed = encode.editable(body, enc)
+    assert handed == body
+    handed["r1"]["name"] = data.draw(st.sampled_from(["pc", "other"]))
+    assert handed["r2"] == {"name": "pc"}, "one path's map is its own"
     if data.draw(st.booleans()):
-        target = data.draw(st.sampled_from(sorted(copied)))
-        if type(copied[target]) is dict:
-            copied[target][data.draw(KEYS)] = data.draw(JSON)
-    assert encode.struct_bytes(copied, seen) == to_struct(copied).SerializeToString(deterministic=True)
-    assert encode.struct_bytes(body) == to_struct(body).SerializeToString(deterministic=True)
+        target = data.draw(st.sampled_from(sorted(handed)))
+        if type(handed[target]) is dict:
+            handed[target][data.draw(KEYS)] = data.draw(JSON)
+        elif type(handed[target]) is list:
+            handed[target].append(data.draw(JSON))
+    encode.settle(enc)
+    after = to_struct(handed).SerializeToString(deterministic=True)
+    assert encode.struct_bytes(handed, enc) == after
+    encode.restore(enc)
+    for key, part in parts.items():
+        assert (
+            encode.struct_bytes({"p": part})
+            == kept[key]
+            == to_struct({"p": part}).SerializeToString(deterministic=True)
+        )
 
 
 def test_a_bool_edited_into_a_number_is_encoded_as_the_number() -> None:
-    part = encode.lasting({"flag": True, "n": 1, "z": 0.0})
     for changed in (
         {"flag": 1, "n": 1, "z": 0.0},
         {"flag": True, "n": True, "z": 0.0},
         {"flag": True, "n": 1, "z": -0.0},
     ):
-        seen: encode.Seen = {}
-        copied = encode.private_copy({"p": part}, seen)
-        copied["p"].update(changed)
-        assert encode.struct_bytes(copied, seen) == to_struct({"p": changed}).SerializeToString(deterministic=True)
+        part = encode.lasting({"flag": True, "n": 1, "z": 0.0})
+        enc = encode.Encoding()
+        handed = encode.editable({"p": part}, enc)
+        handed["p"].update(changed)
+        encode.settle(enc)
+        assert encode.struct_bytes(handed, enc) == to_struct({"p": changed}).SerializeToString(deterministic=True)
+        encode.restore(enc)
+        assert encode.struct_bytes({"p": part}) == to_struct({"p": {"flag": True, "n": 1, "z": 0.0}}).SerializeToString(
+            deterministic=True
+        )
+
+
+def test_a_lasting_part_is_its_own_copy_put_back_in_place() -> None:
+    values = {"image": {"repository": "nvcr.io/x"}}
+    part = encode.lasting({"values": values})
+    assert part == {"values": values} and part["values"] is not values  # nothing else reaches into it
+    enc = encode.Encoding()
+    handed = encode.editable({"p": part}, enc)
+    inner = handed["p"]["values"]
+    inner["image"]["repository"] = "edited"
+    del handed["p"]["values"]  # edited, and what was edited taken out of it
+    encode.settle(enc)
+    encode.restore(enc)
+    assert handed["p"] is part and part == {"values": {"image": {"repository": "nvcr.io/x"}}}
+    assert values == {"image": {"repository": "nvcr.io/x"}}
 
 
 @given(st.lists(KEYS, max_size=12, unique=True))
@@ -320,3 +358,34 @@ def test_what_a_transform_edits_is_its_own_copy() -> None:
     assert values["edited"] == 1
     # The plain runner, afresh (no memo): the same bytes as before the transform ran.
     assert FunctionRunner().respond(req) == plain
+
+
+def _edit_then_fail(xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
+    _edit_everything(xr, resources)
+    raise RuntimeError("a fork's bug")
+
+
+def test_what_a_failing_transform_edited_is_put_back_too() -> None:
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    plain = FunctionRunner().respond(req)
+    failed = fnv1.RunFunctionResponse.FromString(FunctionRunner(transforms=(_edit_then_fail,)).respond(req))
+    assert failed.results[0].severity == fnv1.SEVERITY_FATAL
+    assert "a fork's bug" in failed.results[0].message
+    assert FunctionRunner().respond(req) == plain
+    assert FunctionRunner(transforms=(noop,)).respond(req) == plain
+
+
+def _point_one_release_elsewhere(_xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
+    resources["cert-manager"]["spec"]["providerConfigRef"]["name"] = "elsewhere"
+
+
+def test_editing_one_body_edits_that_body_only() -> None:
+    # Every body's ProviderConfig reference is one object as rendered; a transform gets one per body.
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    rsp = fnv1.RunFunctionResponse.FromString(FunctionRunner(transforms=(_point_one_release_elsewhere,)).respond(req))
+    refs = {key: r.resource["spec"]["providerConfigRef"]["name"] for key, r in rsp.desired.resources.items()
+            if "providerConfigRef" in r.resource["spec"]}  # fmt: skip
+    assert refs.pop("cert-manager") == "elsewhere"
+    assert len(refs) > 1 and len(set(refs.values())) == 1 and "elsewhere" not in refs.values()
