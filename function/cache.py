@@ -109,10 +109,6 @@ class BoundedCache(Generic[K, V]):
         self._used[key] = next(_clock)
         return hit
 
-    def peek(self, key: K) -> V | None:
-        """The value kept for ``key``, if any, without counting it as used."""
-        return self._items.get(key)
-
     def put(self, key: K, value: V, size: int) -> V:
         """Keep ``value`` (``size`` bytes) unless it alone takes over a quarter of the budget; evict the entries
         used longest ago, in any cache, to fit. Returns it."""

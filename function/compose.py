@@ -25,7 +25,7 @@ from function.bodies import (
     label_value,
 )
 from function.cache import BoundedCache
-from function.encode import lasting
+from function.encode import lasting, size
 from function.inputs import ready
 from function.model import SecretEntry, ServingStack
 from function.overrides.planned import REMOVED, UNMANAGED, Planned
@@ -89,7 +89,8 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
             "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
             "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
         }
-        _USAGE_SPECS.put(key, lasting(spec), _PART_SIZE)
+        spec = lasting(spec)
+        _USAGE_SPECS.put(key, spec, _PART_SIZE + size(spec))
     return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec}
 
 
@@ -104,7 +105,8 @@ def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, 
     by = _USAGE_SPECS.get(key)
     if by is None:
         by = {"apiVersion": api, "kind": by_kind, "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer)}
-        _USAGE_SPECS.put(key, lasting(by), _PART_SIZE)
+        by = lasting(by)
+        _USAGE_SPECS.put(key, by, _PART_SIZE + size(by))
     return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by}}
 
 
@@ -130,7 +132,7 @@ class _Parts(NamedTuple):
 # per component of the plans in use: the encodings they share are the bulk.
 _PARTS: BoundedCache[tuple[int, tuple[str, ...]], _Parts] = BoundedCache("body parts")
 _USAGE_SPECS: BoundedCache[tuple[str, ...], dict[str, Any]] = BoundedCache("usage parts")
-_PART_SIZE = 512  # an entry's own maps; the encodings are counted where they are kept (function.encode)
+_PART_SIZE = 512  # an entry's own objects, beside its parts' (function.encode.size)
 
 
 def _parts(planned: Planned) -> _Parts:
@@ -150,7 +152,7 @@ def _parts(planned: Planned) -> _Parts:
         None if component.xr_fields else lasting(spec["forProvider"]),
         None if readiness is None else lasting(readiness),
     )
-    return _PARTS.put(key, parts, _PART_SIZE)
+    return _PARTS.put(key, parts, _PART_SIZE + sum(size(p) for p in parts[1:] if p is not None))
 
 
 def body(planned: Planned, pc_ref: dict[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:

@@ -18,13 +18,10 @@ each entry's key and value always written, numbers as doubles.
 
 from __future__ import annotations
 
-import copy
 import marshal
 import struct
 from collections.abc import Iterable, Sequence, Set
 from typing import Any
-
-from function.cache import BoundedCache
 
 _LOW7, _MORE = 0x7F, 0x80
 # Tags: (field number << 3) | wire type (2: length-delimited, 0: varint, 1: 64-bit).
@@ -77,21 +74,18 @@ def sort_key(key: str) -> bytes:
     return key.encode() + b"\xff"
 
 
-class _Lasting:
-    """A lasting part, its encoding as a ``Value`` and its ``marshal`` serialization (what it must still be)."""
+class Lasting(dict[str, Any]):
+    """A map that lasts (see :func:`lasting`), carrying its encoding as a ``Value`` and its ``marshal``
+    serialization, what it must still be. Kept by what holds it (a plan's body parts), as long as that is."""
 
-    __slots__ = ("blob", "node", "value")
+    __slots__ = ("blob", "value")
 
-    def __init__(self, node: Any, value: bytes, blob: bytes) -> None:
-        self.node = node
-        self.value = value
-        self.blob = blob
+    blob: bytes
+    value: bytes
 
-
-# Lasting parts by id (the entry holds the part, so the id stays its own):
-# every component's metadata, chart and values or manifest of the plans in
-# use, and Usages' fixed halves.
-_LASTING: BoundedCache[int, _Lasting] = BoundedCache("lasting parts")
+    def serialized(self) -> bytes:
+        """What it holds now, as ``marshal`` writes it (its own maps and lists are plain ones)."""
+        return marshal.dumps(dict(self), _MARSHAL_VERSION)
 
 
 # Lasting encodings at least this long are kept by reference in a kept response (:func:`rope`); shorter ones
@@ -118,20 +112,23 @@ def rope(data: bytes, shared: Sequence[bytes]) -> tuple[bytes, ...]:
     return tuple(pieces)
 
 
-def lasting(node: Any) -> Any:
-    """A copy of ``node`` (JSON maps and lists) that only rendering's bodies hold, encoded now and taken by
-    identity from then on. Its own copy: nothing else reaches into it, so a part a transform edited is put
-    back whole (:func:`restore`). ``node`` itself if ``marshal`` cannot write it (then it is encoded anew
-    each time, and copied for transforms)."""
+def lasting(node: dict[str, Any]) -> Lasting | dict[str, Any]:
+    """A copy of ``node`` (a JSON map) that only rendering's bodies hold, encoded now and taken whole from then
+    on. Its own copy: nothing else reaches into it, so a part a transform edited is put back as it was
+    (:func:`restore`). ``node`` itself if ``marshal`` cannot write it (it is then encoded each time)."""
     try:
         blob = marshal.dumps(node, _MARSHAL_VERSION)
-    except ValueError:  # a str enum, a dict subclass: not a lasting part
+    except ValueError:  # a str enum, a dict subclass: not lasting
         return node
-    owned = marshal.loads(blob)
-    value = _value(owned, Encoding())
-    # The part, its blob and its encoding are about the same size each.
-    _LASTING.put(id(owned), _Lasting(owned, value, blob), 3 * len(value))
+    owned = Lasting(marshal.loads(blob))
+    owned.blob = blob
+    owned.value = _value(dict(owned), Encoding())
     return owned
+
+
+def size(part: Lasting | dict[str, Any]) -> int:
+    """About what a part takes in memory: the part, its blob and its encoding are about the same size each."""
+    return 3 * len(part.value) if type(part) is Lasting else 0
 
 
 def struct_bytes(tree: dict[str, Any], enc: Encoding | None = None) -> bytes:
@@ -150,11 +147,10 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
     which are encoded as they are now and then put back by :func:`restore`: a no-op transform costs a
     ``marshal`` serialization of the parts, not a copy of them.
     """
-    found = _LASTING.peek(id(tree))  # the encoder counts it as used, if it stays
-    if found is not None and found.node is tree:
+    if type(tree) is Lasting:
         if id(tree) in enc.reached:
-            return marshal.loads(found.blob)
-        enc.reached[id(tree)] = found
+            return marshal.loads(tree.blob)
+        enc.reached[id(tree)] = tree
         return tree
     if id(tree) in enc.met:
         return _copy(tree)
@@ -169,38 +165,41 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
 
 
 # What :func:`editable` walks; everything else in a body is immutable (or a transform's).
-_CONTAINERS = frozenset((dict, list))
+_CONTAINERS = frozenset((dict, list, Lasting))
 
 
-def _copy(tree: dict[str, Any] | list[Any]) -> Any:
-    try:
-        return marshal.loads(marshal.dumps(tree, _MARSHAL_VERSION))
-    except ValueError:  # something marshal does not write (a str enum): copied node by node
-        return copy.deepcopy(tree)
+def _copy(tree: Any) -> Any:
+    """A deep copy of ``tree``, of plain maps and lists."""
+    if isinstance(tree, dict):
+        return {key: _copy(value) for key, value in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [_copy(item) for item in tree]
+    return tree
 
 
 def settle(enc: Encoding) -> None:
     """After transforms: the lasting parts :func:`editable` handed over that still serialize as they were
     stand (their encodings are taken); the others are noted, to be put back by :func:`restore`. A copy
     still equal to the map it was made of gives way to it again, encoded once."""
-    changed = []
-    for part in enc.reached.values():
-        if not _same(part.node, part.blob):
-            changed.append(part)
+    changed = [part for part in enc.reached.values() if not _same(part, part.blob)]
     enc.changed = changed
-    enc.trusted = enc.reached.keys() - {id(part.node) for part in changed}
+    enc.trusted = enc.reached.keys() - {id(part) for part in changed}
     for holder, key, copied, original in enc.copies:
         try:
-            if holder[key] is copied and _same(copied, marshal.dumps(original, _MARSHAL_VERSION)):
+            if holder[key] is copied and _same(copied, _marshal(original)):
                 holder[key] = original
         except (LookupError, ValueError, TypeError):  # the transforms reshaped the holder or the original
             continue
 
 
+def _marshal(node: Any) -> bytes:
+    return marshal.dumps(node, _MARSHAL_VERSION)
+
+
 def _same(node: Any, blob: bytes) -> bool:
     """Whether ``node`` serializes as ``blob``: holds exactly what it held (``True``, ``1`` and ``1.0`` apart)."""
     try:
-        return marshal.dumps(node, _MARSHAL_VERSION) == blob
+        return (node.serialized() if type(node) is Lasting else _marshal(node)) == blob
     except ValueError:  # something marshal does not write, which only a transform can have put: changed
         return False
 
@@ -213,13 +212,8 @@ def restore(enc: Encoding) -> None:
             return
         settle(enc)
     for part in enc.changed:
-        pristine = marshal.loads(part.blob)
-        node = part.node
-        node.clear()
-        if type(node) is dict:
-            node.update(pristine)
-        else:
-            node.extend(pristine)
+        part.clear()
+        part.update(marshal.loads(part.blob))
     enc.changed = []
 
 
@@ -234,9 +228,9 @@ class Encoding:
     def __init__(self) -> None:
         self.seen: dict[int, bytes] = {}
         self.shared: list[bytes] = []
-        self.reached: dict[int, _Lasting] = {}
+        self.reached: dict[int, Lasting] = {}
         self.trusted: Set[int] | None = None  # None: no transform ran, every lasting part stands
-        self.changed: list[_Lasting] = []
+        self.changed: list[Lasting] = []
         self.met: set[int] = set()  # the maps made for the request handed to transforms, by id
         # Where a map met again was copied: (its holder, the key there, the copy, the map).
         self.copies: list[tuple[Any, Any, Any, Any]] = []
@@ -295,7 +289,7 @@ def _value(node: Any, enc: Encoding) -> bytes:
     if kind is str:
         data: bytes = node.encode()
         return _STRING + varint(len(data)) + data
-    if kind is dict or kind is list:
+    if kind is dict or kind is list or kind is Lasting:
         return _known(node, enc) or _new(node, enc)
     if kind is bool:
         return _TRUE if node else _FALSE
@@ -310,12 +304,12 @@ def _known(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes | None:
     hit = enc.seen.get(id(node))
     if hit is not None:
         return hit
-    found = _LASTING.get(id(node))
-    if found is None or found.node is not node or (enc.trusted is not None and id(node) not in enc.trusted):
+    if type(node) is not Lasting or (enc.trusted is not None and id(node) not in enc.trusted):
         return None
-    if len(found.value) >= _SHARED_BYTES:
-        enc.shared.append(found.value)
-    return found.value
+    value = node.value
+    if len(value) >= _SHARED_BYTES:
+        enc.shared.append(value)
+    return value
 
 
 def _new(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes:
