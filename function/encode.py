@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import marshal
 import struct
+import zlib
 from collections.abc import Iterable, Sequence, Set
-from typing import Any
+from typing import Any, NamedTuple
 
 _LOW7, _MORE = 0x7F, 0x80
 # Tags: (field number << 3) | wire type (2: length-delimited, 0: varint, 1: 64-bit).
@@ -88,28 +89,57 @@ class Lasting(dict[str, Any]):
         return marshal.dumps(dict(self), _MARSHAL_VERSION)
 
 
-# Lasting encodings at least this long are kept by reference in a kept response (:func:`rope`); shorter ones
-# cost less copied than a reference and a piece between them.
+# Lasting encodings at least this long are kept by reference in a kept response (:func:`keep`); shorter ones
+# cost less copied than a reference.
 _SHARED_BYTES = 64
+_OWN_LEVEL = 1  # zlib's fastest: a response's own bytes (names, the maps made for it) repeat a few strings
+_REFERENCE_BYTES = 8  # a reference in the layout tuple
+_LENGTH_BYTES = 36  # an own piece's length in the layout: a reference to an int object
 
 
-def rope(data: bytes, shared: Sequence[bytes]) -> tuple[bytes, ...]:
-    """``data`` as pieces that concatenate to it: the encodings in ``shared`` (in the order ``data`` holds them)
-    by reference, what lies between them copied. A response kept this way costs what is its own (its
-    ProviderConfig's name, its status, the maps made for it), not what it shares with every other cluster."""
-    pieces: list[bytes] = []
+class Kept(NamedTuple):
+    """A response kept for sending again: the encodings it shares with other responses by reference, what is
+    its own compressed. A full stack's ~70 KB are mostly encodings every cluster of its stack shares."""
+
+    layout: tuple[bytes | int, ...]  # in order: a shared encoding, or the length of an own piece
+    own: bytes  # the own pieces, one after the other, compressed
+
+    def pieces(self) -> list[bytes]:
+        """What concatenates to the response's bytes."""
+        own = zlib.decompress(self.own)
+        out: list[bytes] = []
+        pos = 0
+        for piece in self.layout:
+            if type(piece) is int:
+                out.append(own[pos : pos + piece])
+                pos += piece
+            else:
+                out.append(piece)  # type: ignore[arg-type]  # a shared encoding
+        return out
+
+    def weight(self) -> int:
+        """About what it takes in memory, beside the encodings it shares."""
+        return len(self.own) + sum(_LENGTH_BYTES if type(p) is int else _REFERENCE_BYTES for p in self.layout)
+
+
+def keep(data: bytes, shared: Sequence[bytes]) -> Kept:
+    """``data``, which holds the encodings in ``shared`` in that order, kept as a :class:`Kept`."""
+    layout: list[bytes | int] = []
+    own: list[bytes] = []
     pos = 0
     for part in shared:
         at = data.find(part, pos)
         if at < 0:
             continue
         if at > pos:
-            pieces.append(data[pos:at])
-        pieces.append(part)
+            own.append(data[pos:at])
+            layout.append(at - pos)
+        layout.append(part)
         pos = at + len(part)
     if pos < len(data):
-        pieces.append(data[pos:])
-    return tuple(pieces)
+        own.append(data[pos:])
+        layout.append(len(data) - pos)
+    return Kept(tuple(layout), zlib.compress(b"".join(own), _OWN_LEVEL))
 
 
 def lasting(node: dict[str, Any]) -> Lasting | dict[str, Any]:
@@ -220,7 +250,7 @@ def restore(enc: Encoding) -> None:
 class Encoding:
     """What encoding one response keeps: the encodings of the maps and lists met so far, by id, while they all
     live (one object at several paths, as a request's ProviderConfig reference in every body, is encoded once);
-    the large lasting encodings the response holds, in order (what :func:`rope` keeps by reference); and, once
+    the large lasting encodings the response holds, in order (what :func:`keep` keeps by reference); and, once
     transforms ran, the lasting parts handed to them, which of them stand, and which they changed."""
 
     __slots__ = ("changed", "copies", "met", "reached", "seen", "shared", "trusted")

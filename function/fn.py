@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from function import events, legacy, overrides, requestlog, tenancy, transforms
 from function.cache import BoundedCache
 from function.compose import Desired, Observed, render
-from function.encode import Encoding, read_varint, restore, rope, sort_key, struct_bytes, varint
+from function.encode import Encoding, Kept, keep, read_varint, restore, sort_key, struct_bytes, varint
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.model import ServingStack
@@ -32,7 +32,7 @@ from function.xr import observed_xr
 class Rendered(NamedTuple):
     """A response without its desired composed resources, which ``resources`` holds encoded (see
     :func:`serialize`); ``status.stack`` as it wrote it, if it did; the large encodings it shares with other
-    responses, in order (:func:`function.encode.rope`)."""
+    responses, in order (:func:`function.encode.keep`)."""
 
     rsp: fnv1.RunFunctionResponse
     resources: dict[str, bytes]
@@ -275,10 +275,6 @@ def _too_large(resources: Mapping[str, bytes], size: int) -> str:
     )
 
 
-# What a kept response's piece costs beside its bytes: the tuple's reference, a copied piece's object header.
-_PIECE_BYTES = 48
-
-
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """Serves RunFunction; every request is independent and never raises.
 
@@ -296,12 +292,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         # also the fastest hash hashlib has where the CPU computes it, as
         # current x86 (SHA-NI) and arm64 (SHA2 extensions) do). Kept
         # serialized, without their meta (the tag differs per call), with what
-        # the request log says of them; as a rope (function.encode.rope): a
-        # full stack's ~60 KB are mostly encodings every cluster of its stack
+        # the request log says of them; as function.encode.Kept: a full
+        # stack's ~70 KB are mostly encodings every cluster of its stack
         # shares, so an entry costs its own few KB and the default budget
         # holds a fleet of ten thousand. Per runner: its transforms are part
         # of what a response depends on.
-        self._responses: BoundedCache[bytes, tuple[tuple[bytes, ...], requestlog.Summary]] = BoundedCache("responses")
+        self._responses: BoundedCache[bytes, tuple[Kept, requestlog.Summary]] = BoundedCache("responses")
 
     def _compute(
         self, req: fnv1.RunFunctionRequest, serialized: bytes
@@ -333,14 +329,12 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if hit is None:
             data, summary, shared = self._compute(req, serialized)
             if not summary.internal_error:  # a bug is not worth keeping
-                kept = rope(bytes(_without_meta(data)), shared)  # the tag differs per call
-                by_reference = {id(part) for part in shared}
-                own = sum(len(p) for p in kept if id(p) not in by_reference)
-                self._responses.put(key, (kept, summary), own + _PIECE_BYTES * len(kept))
+                kept = keep(bytes(_without_meta(data)), shared)  # the tag differs per call
+                self._responses.put(key, (kept, summary), kept.weight())
             requestlog.record(self.log, req, summary, time.perf_counter() - start)
             return data
         requestlog.record(self.log, req, hit[1], time.perf_counter() - start)
-        return b"".join((_meta(req), *hit[0]))
+        return b"".join((_meta(req), *hit[0].pieces()))
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest | Refused, _: grpc.aio.ServicerContext | None = None
