@@ -302,9 +302,10 @@ async def _transform_paths(n: int) -> None:
     One runner per path, in process, interleaved call by call (who goes first
     rotates) so load on the machine hits every path alike. Each call is a
     cluster none of the runners has answered (a response memo miss), the same
-    request to each runner. With transforms, the resources go through plain
-    dicts and back (``function.transforms``); the no-op transform shows that
-    cost alone, the fork's (example/fork/acme_fn.py) that cost and its rules.
+    request to each runner. Transforms edit the bodies the plain runner
+    encodes (``function.encode.editable``); the no-op transform shows what
+    handing them over and checking them after costs, the fork's
+    (example/fork/acme_fn.py) that and its rules.
     """
     req = await _final_request(_xr("EKS", "NVIDIA"), _docs(BANK))
     await _with_last_status(req)
