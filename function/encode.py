@@ -24,6 +24,8 @@ import zlib
 from collections.abc import Iterable, Sequence, Set
 from typing import Any, NamedTuple
 
+from function.tree import copy_tree
+
 _LOW7, _MORE = 0x7F, 0x80
 # Tags: (field number << 3) | wire type (2: length-delimited, 0: varint, 1: 64-bit).
 _ENTRY = b"\x0a"  # Struct.fields (1) map entry; a map entry's key (1); ListValue.values (1)
@@ -183,7 +185,7 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
         enc.reached[id(tree)] = tree
         return tree
     if id(tree) in enc.met:
-        return _copy(tree)
+        return copy_tree(tree)
     enc.met.add(id(tree))
     for key, value in tree.items() if type(tree) is dict else enumerate(tree):
         if type(value) in _CONTAINERS:
@@ -196,15 +198,6 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
 
 # What :func:`editable` walks; everything else in a body is immutable (or a transform's).
 _CONTAINERS = frozenset((dict, list, Lasting))
-
-
-def _copy(tree: Any) -> Any:
-    """A deep copy of ``tree``, of plain maps and lists."""
-    if isinstance(tree, dict):
-        return {key: _copy(value) for key, value in tree.items()}
-    if isinstance(tree, list | tuple):
-        return [_copy(item) for item in tree]
-    return tree
 
 
 def settle(enc: Encoding) -> None:
