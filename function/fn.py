@@ -86,8 +86,10 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
 
 
 # Transforms edit lasting parts in place until the response is encoded and they are put back: one
-# request at a time may (the server runs one; a library caller might run several threads).
+# request at a time may (the server runs one; a library caller might run several threads), and a
+# transform may not render with transforms itself (it would see, and put back, its caller's edits).
 _EDITING = threading.Lock()
+_EDITOR: list[int | None] = [None]  # the thread holding _EDITING
 
 
 def _encoded(
@@ -97,11 +99,18 @@ def _encoded(
     enc = Encoding()
     if not extra:
         return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
+    if _EDITOR[0] == threading.get_ident():
+        raise InputError(
+            f"transforms {transforms.names(extra)}: called while another render's transforms run in this thread; "
+            "a transform may not render a ServingStack with transforms itself"
+        )
     with _EDITING:
+        _EDITOR[0] = threading.get_ident()
         try:
             return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
         finally:
             restore(enc)
+            _EDITOR[0] = None
 
 
 def _resources(

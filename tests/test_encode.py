@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -391,3 +392,30 @@ def test_editing_one_body_edits_that_body_only() -> None:
             if "providerConfigRef" in r.resource["spec"]}  # fmt: skip
     assert refs.pop("cert-manager") == "elsewhere"
     assert len(refs) > 1 and len(set(refs.values())) == 1 and "elsewhere" not in refs.values()
+
+
+def test_a_transform_that_renders_with_transforms_itself_is_a_fatal_not_a_hang() -> None:
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    plain = FunctionRunner().respond(req)
+    inner: list[fnv1.RunFunctionResponse] = []
+
+    def renders_again(_xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
+        resources["cert-manager"]["metadata"]["labels"]["edited"] = "yes"
+        inner.append(fnv1.RunFunctionResponse.FromString(FunctionRunner(transforms=(noop,)).respond(req)))
+
+    outcome: list[fnv1.RunFunctionResponse] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(
+            fnv1.RunFunctionResponse.FromString(FunctionRunner(transforms=(renders_again,)).respond(req))
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=60)
+    assert outcome, "the nested render hung"
+    assert inner[0].results[0].severity == fnv1.SEVERITY_FATAL
+    assert "may not render a ServingStack with transforms itself" in inner[0].results[0].message
+    # The outer render goes on with its own edit; the parts are put back after it.
+    assert outcome[0].desired.resources["cert-manager"].resource["metadata"]["labels"]["edited"] == "yes"
+    assert FunctionRunner().respond(req) == plain
