@@ -25,7 +25,7 @@ from function.bodies import (
     label_value,
 )
 from function.cache import BoundedCache
-from function.encode import lasting, size
+from function.encode import Lasting, lasting, size
 from function.inputs import ready
 from function.model import SecretEntry, ServingStack
 from function.overrides.planned import REMOVED, UNMANAGED, Planned
@@ -82,14 +82,15 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
     if spec is None:
         of_api, of_kind = api_kind(used)
         by_api, by_kind = api_kind(user)
-        spec = {
-            # Re-issue the blocked deletion once the user is gone, so teardown
-            # finishes without a second reconcile.
-            "replayDeletion": True,
-            "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
-            "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
-        }
-        spec = lasting(spec)
+        spec = lasting(
+            {
+                # Re-issue the blocked deletion once the user is gone, so teardown
+                # finishes without a second reconcile.
+                "replayDeletion": True,
+                "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
+                "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
+            }
+        )
         _USAGE_SPECS.put(key, spec, _PART_SIZE + size(spec))
     return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec}
 
@@ -104,8 +105,8 @@ def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, 
     key = (api, by_kind, consumer)
     by = _USAGE_SPECS.get(key)
     if by is None:
-        by = {"apiVersion": api, "kind": by_kind, "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer)}
-        by = lasting(by)
+        selector = _selector(USAGE_CONSUMER_LABEL, consumer)
+        by = lasting({"apiVersion": api, "kind": by_kind, "resourceSelector": selector})
         _USAGE_SPECS.put(key, by, _PART_SIZE + size(by))
     return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by}}
 
@@ -122,16 +123,16 @@ class _Parts(NamedTuple):
     """What a planned component's body holds whatever the XR, each part lasting (function.encode)."""
 
     component: Component  # held, so its id stays its own while this is kept
-    metadata: dict[str, Any]
-    for_provider: dict[str, Any] | None  # None: the manifest takes XR fields, filled per request
-    readiness: dict[str, Any] | None
+    metadata: Lasting
+    for_provider: Lasting | None  # None: the manifest takes XR fields, filled per request
+    readiness: Lasting | None
 
 
 # Bodies' fixed parts by planned component (its id, and the documents that
 # changed it, named in an annotation); Usages' by keys and kinds. A handful
 # per component of the plans in use: the encodings they share are the bulk.
 _PARTS: BoundedCache[tuple[int, tuple[str, ...]], _Parts] = BoundedCache("body parts")
-_USAGE_SPECS: BoundedCache[tuple[str, ...], dict[str, Any]] = BoundedCache("usage parts")
+_USAGE_SPECS: BoundedCache[tuple[str, ...], Lasting] = BoundedCache("usage parts")
 _PART_SIZE = 512  # an entry's own objects, beside its parts' (function.encode.size)
 
 

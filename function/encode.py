@@ -18,6 +18,7 @@ each entry's key and value always written, numbers as doubles.
 
 from __future__ import annotations
 
+import json
 import marshal
 import struct
 import zlib
@@ -130,7 +131,7 @@ def keep(data: bytes, shared: Sequence[bytes]) -> Kept:
     own: list[bytes] = []
     pos = 0
     for part in shared:
-        at = data.find(part, pos)
+        at = _find(data, part, pos)
         if at < 0:
             continue
         if at > pos:
@@ -144,23 +145,36 @@ def keep(data: bytes, shared: Sequence[bytes]) -> Kept:
     return Kept(tuple(layout), zlib.compress(b"".join(own), _OWN_LEVEL))
 
 
-def lasting(node: dict[str, Any]) -> Lasting | dict[str, Any]:
+def _find(data: bytes, part: bytes, pos: int) -> int:
+    """Where ``part`` first occurs in ``data`` from ``pos``, or -1. Found by its first bytes, then compared
+    whole: ``bytes.find`` prepares a long needle in time linear in its length, and parts are long."""
+    head = part[:_FIND_HEAD]
+    at = data.find(head, pos)
+    while at >= 0 and not data.startswith(part, at):
+        at = data.find(head, at + 1)
+    return at
+
+
+_FIND_HEAD = 24  # long enough that a false start is rare, short enough to prepare at once
+
+
+def lasting(node: dict[str, Any]) -> Lasting:
     """A copy of ``node`` (a JSON map) that only rendering's bodies hold, encoded now and taken whole from then
-    on. Its own copy: nothing else reaches into it, so a part a transform edited is put back as it was
-    (:func:`restore`). ``node`` itself if ``marshal`` cannot write it (it is then encoded each time)."""
+    on. Its own copy, of plain maps, lists and scalars (a str enum becomes its string): nothing else reaches
+    into it, so a part a transform edited is put back as it was (:func:`restore`)."""
     try:
         blob = marshal.dumps(node, _MARSHAL_VERSION)
-    except ValueError:  # a str enum, a dict subclass: not lasting
-        return node
+    except ValueError:  # a str enum, a dict subclass: made plain first
+        blob = marshal.dumps(json.loads(json.dumps(node)), _MARSHAL_VERSION)
     owned = Lasting(marshal.loads(blob))
     owned.blob = blob
     owned.value = _value(dict(owned), Encoding())
     return owned
 
 
-def size(part: Lasting | dict[str, Any]) -> int:
+def size(part: Lasting) -> int:
     """About what a part takes in memory: the part, its blob and its encoding are about the same size each."""
-    return 3 * len(part.value) if type(part) is Lasting else 0
+    return 3 * len(part.value)
 
 
 def struct_bytes(tree: dict[str, Any], enc: Encoding | None = None) -> bytes:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -419,3 +420,15 @@ def test_a_transform_that_renders_with_transforms_itself_is_a_fatal_not_a_hang()
     # The outer render goes on with its own edit; the parts are put back after it.
     assert outcome[0].desired.resources["cert-manager"].resource["metadata"]["labels"]["edited"] == "yes"
     assert FunctionRunner().respond(req) == plain
+
+
+def test_a_part_marshal_cannot_write_is_made_plain_and_still_lasts() -> None:
+    class Kind(enum.StrEnum):
+        RELEASE = "Release"
+
+    part = encode.lasting({"kind": Kind.RELEASE, "pair": (1, 2)})
+    assert type(part) is encode.Lasting and type(part["kind"]) is str
+    assert part == {"kind": "Release", "pair": [1, 2]}
+    assert encode.struct_bytes({"p": part}) == to_struct({"p": {"kind": "Release", "pair": [1, 2]}}).SerializeToString(
+        deterministic=True
+    )
