@@ -30,11 +30,10 @@ MIB = 1024 * 1024
 DEFAULT_BUDGET_MB = 64
 
 # What an entry costs in memory per byte of its serialized form, measured on the
-# EKS stack's values: a parsed Python tree ~2.8x, a upb protobuf Struct ~4.4x.
-# Owners put entries at serialized size times one of these, so the budget
-# holds for the process's memory, not only for the wire size.
+# EKS stack's values: a parsed Python tree ~2.8x. Owners put entries at
+# serialized size times it, so the budget holds for the process's memory, not
+# only for the wire size.
 PYTHON_FACTOR = 3
-PROTOBUF_FACTOR = 5
 
 _ALL: weakref.WeakSet[BoundedCache[Any, Any]] = weakref.WeakSet()
 _clock = itertools.count()  # when each entry was last used, across caches

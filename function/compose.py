@@ -1,8 +1,10 @@
 """Render a plan (planning's output, function.overrides) into desired resources: bodies, Usages, ProviderConfigs.
 
-Every body is a plain tree, made anew per request around the plan's shared
-values and manifests (never copied, never written into): a fork's transforms
-edit a copy (function.fn), and function.encode encodes either alike.
+Every body is a plain tree: the maps made for the request (its top, its spec,
+the ProviderConfig reference) around lasting parts, the plan's own copies of a
+component's metadata, values or manifest and readiness, encoded once
+(function.encode). A fork's transforms edit these very bodies; what they edit of
+a lasting part is put back once the response is encoded.
 """
 
 from __future__ import annotations
