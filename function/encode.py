@@ -2,14 +2,13 @@
 
 A composed body is a few small maps made for the request (its top, its
 ``spec``, the ProviderConfig reference) around large parts that last: a
-component's values or manifest, its metadata and chart, which the plan holds
-and no one mutates (:func:`lasting` names them). :func:`struct_bytes` encodes
-a tree, taking each lasting part's encoding by identity, so a request costs
-the maps made for it. A fork's transforms edit the same bodies: the maps made
-for the request copied, the lasting parts as they are (:func:`editable`);
-a part still serializing as it did (``marshal``, in C and lossless: ``True``,
-``1`` and ``1.0`` apart) keeps its encoding, one a transform edited is encoded
-as it is and then put back (:func:`settle`, :func:`restore`).
+component's values or manifest, its metadata and chart, the plan's own copies
+(:func:`lasting` makes them). :func:`struct_bytes` encodes a tree, taking each
+lasting part's encoding whole, so a request costs the maps made for it. A
+fork's transforms edit the same bodies (:func:`editable`): a part still
+serializing as it did (``marshal``, in C and lossless: ``True``, ``1`` and
+``1.0`` apart) keeps its encoding; one a transform edited is encoded as it is,
+then put back as it was (:func:`settle`, :func:`restore`).
 
 The bytes are what ``tree.to_struct(tree).SerializeToString(deterministic=True)``
 gives (tests/test_encode.py): map entries in upb's order (:func:`sort_key`),
