@@ -122,9 +122,9 @@ def _copy(message: _M) -> _M:
     return out
 
 
-# --------------------------------------------------------------------------- #
-# Observed and required resources
-# --------------------------------------------------------------------------- #
+def _function_name(entry: Mapping[str, Any]) -> str:
+    """The Function a Composition pipeline entry runs (its ``functionRef.name``)."""
+    return str((entry.get("functionRef") or {}).get("name", ""))
 
 
 def observed_by_name(observed: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -189,11 +189,6 @@ def _selector_from_spec(item: Mapping[str, Any]) -> fnv1.ResourceSelector:
     return sel
 
 
-# --------------------------------------------------------------------------- #
-# The requirements loop (FetchingFunctionRunner)
-# --------------------------------------------------------------------------- #
-
-
 async def _run_with_requirements(
     run: RunFn,
     req: fnv1.RunFunctionRequest,
@@ -213,10 +208,10 @@ async def _run_with_requirements(
             raise RenderError(f'cannot run pipeline step "{step}": {exc}', step=step) from exc
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             return rsp
-        current = rsp.requirements if rsp.HasField("requirements") else None
+        current = _copy(rsp.requirements) if rsp.HasField("requirements") else None
         if current == previous:  # also None == None: proto.Equal(nil, nil) in Go
             return rsp
-        previous = _copy(current) if current is not None else None
+        previous = current
         # The required resources are rebuilt from scratch: the step's own, then what was asked.
         asked = current if current is not None else fnv1.Requirements()
         req.ClearField("extra_resources")
@@ -237,11 +232,6 @@ async def _run_with_requirements(
         step=step,
         response=rsp,
     )
-
-
-# --------------------------------------------------------------------------- #
-# Pipelines
-# --------------------------------------------------------------------------- #
 
 
 @dataclass(frozen=True)
@@ -281,26 +271,24 @@ async def run_steps(
     desired: fnv1.State | None = fnv1.State()  # the pipeline starts with empty desired state
     fctx: struct_pb2.Struct | None = to_struct(to_jsonable(context or {}))  # ... and the supplied context
     for step in steps:
-        req = fnv1.RunFunctionRequest(observed=observed_state)
-        if desired is not None:
-            req.desired.CopyFrom(desired)
-        if fctx is not None:
-            req.context.CopyFrom(fctx)
-        if step.input is not None:
-            req.input.CopyFrom(to_struct(to_jsonable(step.input)))
+        req = fnv1.RunFunctionRequest(
+            meta=fnv1.RequestMeta(capabilities=CAPABILITIES),
+            observed=observed_state,
+            desired=desired,  # a field given None stays unset (here, in context and in input)
+            context=fctx,
+            input=to_struct(to_jsonable(step.input)) if step.input is not None else None,
+        )
         for item in (step.requirements or {}).get("requiredResources") or []:
             req.required_resources[str(item.get("requirementName", ""))].CopyFrom(
                 fetch_resources(_selector_from_spec(item), required_docs)
             )
-        req.meta.capabilities.extend(CAPABILITIES)
 
         rsp = await _run_with_requirements(step.run, req, step=step.name, required=required_docs, sent=result.requests)
         desired = _copy(rsp.desired) if rsp.HasField("desired") else None
         fctx = _copy(rsp.context) if rsp.HasField("context") else None
         result.conditions.extend(rsp.conditions)
         if rsp.HasField("requirements"):
-            result.requirements[step.name] = fnv1.Requirements()
-            result.requirements[step.name].CopyFrom(rsp.requirements)
+            result.requirements[step.name] = _copy(rsp.requirements)
         for r in rsp.results:
             if r.severity == fnv1.SEVERITY_FATAL:
                 raise RenderError(
@@ -366,7 +354,7 @@ def composition_steps(
     steps: list[Step] = []
     for entry in spec.get("pipeline") or []:
         step_name = str(entry.get("step", ""))
-        fn_name = str((entry.get("functionRef") or {}).get("name", ""))
+        fn_name = _function_name(entry)
         if fn_name not in runners:
             raise RenderError(
                 f'cannot run pipeline step "{step_name}": unknown Function "{fn_name}" - does it exist in your '
@@ -413,11 +401,6 @@ def servicer_runner(servicer: FunctionServicer) -> RunFn:
     return run
 
 
-# --------------------------------------------------------------------------- #
-# This function, offline
-# --------------------------------------------------------------------------- #
-
-
 def own_steps(composition: Mapping[str, Any], input_api_version: str) -> dict[str, str]:
     """Function name per pipeline step; raises unless every step runs the function rendering here.
 
@@ -426,12 +409,8 @@ def own_steps(composition: Mapping[str, Any], input_api_version: str) -> dict[st
     Function as such a step.
     """
     pipeline = [e for e in (composition.get("spec") or {}).get("pipeline") or [] if isinstance(e, Mapping)]
-    steps = {str(e.get("step", "")): str((e.get("functionRef") or {}).get("name", "")) for e in pipeline}
-    ours = {
-        str((e.get("functionRef") or {}).get("name", ""))
-        for e in pipeline
-        if (e.get("input") or {}).get("apiVersion") == input_api_version
-    }
+    steps = {str(e.get("step", "")): _function_name(e) for e in pipeline}
+    ours = {_function_name(e) for e in pipeline if (e.get("input") or {}).get("apiVersion") == input_api_version}
     if not ours:
         raise RenderError(f"the Composition has no pipeline step with a {input_api_version} Input")
     for step, function in steps.items():

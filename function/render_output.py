@@ -36,6 +36,7 @@ CONDITION_TIME = "2024-01-01T00:00:00Z"
 _SYSTEM_CONDITION_TYPES = frozenset({"Ready", "Synced", "Healthy"})
 # render's "Unready resources: a, b, c, and N more" names this many.
 _UNREADY_NAMED = 3
+_CONDITION_STATUS = {fnv1.STATUS_CONDITION_TRUE: "True", fnv1.STATUS_CONDITION_FALSE: "False"}  # else "Unknown"
 
 
 def _first_n_and_some_more(names: Sequence[str], n: int = _UNREADY_NAMED) -> str:
@@ -61,14 +62,6 @@ def _set_condition(obj: dict[str, Any], new: dict[str, Any]) -> None:
     status["conditions"] = existing
 
 
-def _condition_status(status: int) -> str:
-    if status == fnv1.STATUS_CONDITION_TRUE:
-        return "True"
-    if status == fnv1.STATUS_CONDITION_FALSE:
-        return "False"
-    return "Unknown"
-
-
 def _set_or_drop(meta: dict[str, Any], key: str, value: str) -> None:
     if value:
         meta[key] = value
@@ -89,22 +82,17 @@ def _render_xr(result: RenderResult, *, include_full_xr: bool) -> dict[str, Any]
     unready = [name for name, r in desired.resources.items() if r.ready != fnv1.READY_TRUE]
     ready = desired.composite.ready
     cond: dict[str, Any] = {"type": "Ready", "status": "True", "reason": "Available"}
-    if ready == fnv1.READY_FALSE:
+    if ready == fnv1.READY_FALSE or (ready == fnv1.READY_UNSPECIFIED and unready):
         cond = {"type": "Ready", "status": "False", "reason": "Creating"}
-    elif ready == fnv1.READY_UNSPECIFIED and unready:
-        cond = {
-            "type": "Ready",
-            "status": "False",
-            "reason": "Creating",
-            "message": f"Unready resources: {_first_n_and_some_more(unready)}",
-        }
+        if ready == fnv1.READY_UNSPECIFIED:
+            cond["message"] = f"Unready resources: {_first_n_and_some_more(unready)}"
     _set_condition(doc, {**cond, "lastTransitionTime": CONDITION_TIME})
     for c in result.conditions:
         if c.type in _SYSTEM_CONDITION_TYPES:
             continue
         fc: dict[str, Any] = {
             "type": c.type,
-            "status": _condition_status(c.status),
+            "status": _CONDITION_STATUS.get(c.status, "Unknown"),
             "lastTransitionTime": CONDITION_TIME,
             "reason": c.reason,
         }
