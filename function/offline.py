@@ -216,6 +216,7 @@ async def _run_with_requirements(
         asked = current if current is not None else fnv1.Requirements()
         req.ClearField("extra_resources")
         req.ClearField("required_resources")
+        req.ClearField("context")  # ... and the context is the one returned, if any
         for name, resources in bootstrap.items():
             req.required_resources[name].CopyFrom(resources)
         for name in sorted(asked.extra_resources):
@@ -224,8 +225,6 @@ async def _run_with_requirements(
             req.required_resources[name].CopyFrom(fetch_resources(asked.resources[name], required))
         if rsp.HasField("context"):
             req.context.CopyFrom(rsp.context)
-        else:
-            req.ClearField("context")
     raise RenderError(
         f'cannot run pipeline step "{step}": requirements didn\'t stabilize after the maximum number of '
         f"iterations ({MAX_REQUIREMENTS_ITERATIONS})",

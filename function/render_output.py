@@ -101,9 +101,7 @@ def _render_xr(result: RenderResult, *, include_full_xr: bool) -> dict[str, Any]
         _set_condition(doc, fc)
 
     if include_full_xr:
-        for key in ("spec", "metadata"):
-            if key in xr_in:
-                doc[key] = xr_in[key]
+        doc.update({key: xr_in[key] for key in ("spec", "metadata") if key in xr_in})
     return doc
 
 
