@@ -122,9 +122,7 @@ def cli(
 # The receive limit's default is the function's own (function/inputs.py: large
 # enough that a request above the function's documented limits gets a Fatal
 # saying so rather than a gRPC error); the send limit follows it, as in the SDK.
-for _param in cli.params:
-    if _param.name == "max_recv_message_size":
-        _param.default = GRPC_MAX_RECEIVE_BYTES // MIB
+next(p for p in cli.params if p.name == "max_recv_message_size").default = GRPC_MAX_RECEIVE_BYTES // MIB
 
 
 def _runner(ctx: click.Context) -> FunctionRunner:
@@ -133,13 +131,16 @@ def _runner(ctx: click.Context) -> FunctionRunner:
     return obj if isinstance(obj, FunctionRunner) else FunctionRunner()
 
 
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+_PATHS = click.Path(exists=True, path_type=Path)
+
 _REQUIRED_OPTION = click.option(
     "--required-resources",
     "--extra-resources",
     "-e",
     "required",
     multiple=True,
-    type=click.Path(exists=True, path_type=Path),
+    type=_PATHS,
     help="EnvironmentConfigs and other required resources (file or directory).",
 )
 
@@ -153,15 +154,7 @@ _CHARTS_OPTION = click.option(
 
 def _render_inputs(command: Callable[..., None]) -> Callable[..., None]:
     """The inputs render and explain share: the XR, EnvironmentConfigs and the function Input."""
-    for option in reversed(
-        (
-            click.argument("xr_file", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-            _REQUIRED_OPTION,
-            INPUT_OPTION,
-        )
-    ):
-        command = option(command)
-    return command
+    return click.argument("xr_file", type=_FILE)(_REQUIRED_OPTION(INPUT_OPTION(command)))
 
 
 def _context(files: tuple[str, ...], values: tuple[str, ...]) -> dict[str, Any]:
@@ -184,12 +177,9 @@ def _context(files: tuple[str, ...], values: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-_PATHS = click.Path(exists=True, path_type=Path)
-
-
 @cli.command()
 @_render_inputs
-@click.argument("composition_file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("composition_file", required=False, type=_FILE)
 @click.argument("functions_file", required=False, type=_PATHS)
 @click.option(
     "--observed-resources",
@@ -319,7 +309,7 @@ def _every_stack() -> list[dict[str, Any]]:
     "--xr",
     "xr_files",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=_FILE,
     help="A ServingStack (repeatable); without it, every generated stack.",
 )
 @_REQUIRED_OPTION
@@ -350,7 +340,7 @@ def images(
     xrs = [to_jsonable(read_one(path, "ServingStack")) for path in xr_files] or _every_stack()
     if charts is not None and output != "lines":
         fail(f"--charts lists images as lines only, not --format {output}")
-    helm_images = "".join(_installed(raw, charts, supplied, given, image_lines=True) for raw in xrs) if charts else ""
+    helm_images = "".join(manifests.image_lines(_installed(r, charts, supplied, given)) for r in xrs) if charts else ""
     found: list[pulls.Pull] = []
     for raw in xrs:
         try:
@@ -373,20 +363,14 @@ def images(
 
 
 def _installed(
-    raw: dict[str, Any],
-    charts: Path,
-    supplied: list[dict[str, Any]],
-    given: dict[str, Any] | None,
-    *,
-    image_lines: bool = False,
-) -> str:
-    """The objects one ServingStack installs, as YAML (or image lines), rendered by real Helm from ``charts``."""
+    raw: dict[str, Any], charts: Path, supplied: list[dict[str, Any]], given: dict[str, Any] | None
+) -> manifests.Manifests:
+    """The objects one ServingStack installs, rendered by real Helm from ``charts``."""
     try:
-        found = manifests.from_files(raw, charts, required=supplied, input=given)
+        return manifests.from_files(raw, charts, required=supplied, input=given)
     except (RenderError, InputError, manifests.HelmError) as err:
         meta = raw.get("metadata")
         fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
-    return manifests.image_lines(found) if image_lines else manifests.as_yaml(found)
 
 
 @cli.command(name="manifests")
@@ -403,7 +387,8 @@ def manifests_command(xr_file: Path, required: tuple[Path, ...], input_file: Pat
         fail("--charts DIR is required: the packaged charts to render (a clone's facts/helm/)")
     raw = to_jsonable(read_one(xr_file, "ServingStack"))
     assert raw is not None
-    click.echo(_installed(raw, charts, read_documents(required), to_jsonable(read_one(input_file, "Input"))), nl=False)
+    found = _installed(raw, charts, read_documents(required), to_jsonable(read_one(input_file, "Input")))
+    click.echo(manifests.as_yaml(found), nl=False)
 
 
 cli.add_command(validate)

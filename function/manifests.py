@@ -30,11 +30,9 @@ from crossplane.function import resource
 from function.bodies import EXTERNAL_NAME, HELM_API, KUBERNETES_API
 from function.fn import FunctionRunner
 from function.helm import Charts, HelmError, release_chart, render_release
-from function.offline import render
+from function.offline import ANNOTATION_COMPOSITION_RESOURCE_NAME, render
 from function.overrides.collect import INPUT_API_VERSION
 from function.render_output import dump_yaml
-
-COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
 
 #: Built-in cluster-scoped kinds (each API type's REST strategy answers NamespaceScoped() false:
 #: kubernetes pkg/registry/**/strategy.go; ``kubectl api-resources --namespaced=false``), by kind.
@@ -101,10 +99,9 @@ def desired(
     """What the function composes for ``xr`` once its ProviderConfigs exist; RenderError on a Fatal."""
     runner = FunctionRunner()
     first = render(runner, xr, input_api_version=INPUT_API_VERSION, input=input, required=required)
+    bodies = {key: resource.struct_to_dict(r.resource) for key, r in first.desired.resources.items()}
     configs = [
-        _observed(key, resource.struct_to_dict(r.resource))
-        for key, r in first.desired.resources.items()
-        if resource.struct_to_dict(r.resource).get("kind") in ("ProviderConfig", "ClusterProviderConfig")
+        _observed(k, b) for k, b in bodies.items() if b.get("kind") in ("ProviderConfig", "ClusterProviderConfig")
     ]
     final = render(runner, xr, input_api_version=INPUT_API_VERSION, input=input, required=required, observed=configs)
     return {key: resource.struct_to_dict(r.resource) for key, r in sorted(final.desired.resources.items())}
@@ -112,7 +109,7 @@ def desired(
 
 def _observed(key: str, body: dict[str, Any]) -> dict[str, Any]:
     meta = dict(body.get("metadata") or {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), COMPOSITION_RESOURCE_NAME: key}
+    meta["annotations"] = {**(meta.get("annotations") or {}), ANNOTATION_COMPOSITION_RESOURCE_NAME: key}
     return {**body, "metadata": meta}
 
 
@@ -136,21 +133,14 @@ def installed(composed: Mapping[str, dict[str, Any]], charts: Charts) -> Manifes
         namespace = str(spec["forProvider"].get("namespace") or "default")
         for rendered in render_release(body, charts):
             raw.append((rendered.object, key, f"Release {release} {name} {version}, {rendered.template}", namespace))
-    cluster_kinds = CLUSTER_SCOPED | {
-        str((obj.get("spec") or {}).get("names", {}).get("kind"))
-        for obj, *_ in raw
-        if obj.get("kind") == "CustomResourceDefinition" and (obj.get("spec") or {}).get("scope") == "Cluster"
-    }
-    namespaced_kinds = {
-        str((obj.get("spec") or {}).get("names", {}).get("kind"))
-        for obj, *_ in raw
-        if obj.get("kind") == "CustomResourceDefinition" and (obj.get("spec") or {}).get("scope") == "Namespaced"
-    }
+    crds = [obj.get("spec") or {} for obj, *_ in raw if obj.get("kind") == "CustomResourceDefinition"]
+    cluster_kinds = CLUSTER_SCOPED | {str(s.get("names", {}).get("kind")) for s in crds if s.get("scope") == "Cluster"}
+    scoped_kinds = cluster_kinds | {str(s.get("names", {}).get("kind")) for s in crds if s.get("scope") == "Namespaced"}
     out = []
     for written, key, source, namespace in raw:
         meta = written.get("metadata") or {}
         kind = str(written.get("kind", ""))
-        known = kind in cluster_kinds or kind in namespaced_kinds or _built_in(str(written.get("apiVersion", "")))
+        known = kind in scoped_kinds or _built_in(str(written.get("apiVersion", "")))
         placed = written
         if namespace and not meta.get("namespace") and kind not in cluster_kinds and known:
             placed = {**written, "metadata": {**meta, "namespace": namespace}}
@@ -198,17 +188,13 @@ def as_yaml(found: Manifests) -> str:
 def images(obj: Mapping[str, Any]) -> Iterator[str]:
     """Every image an installed object runs or hands a controller to run.
 
-    Containers, init and ephemeral containers at any depth (``image``); operator
-    resources' image fields: a string under a key ending in ``image`` or
-    ``Image`` (EnvoyProxy ``container.image``, DeviceConfig ``devicePluginImage``,
-    ``initContainerImage``), an operand split into ``repository`` and ``image``
-    (ClusterPolicy, NVIDIADriver: ``{repository}/{image}:{version}``) or an ``image`` map of
-    ``repository``, ``name`` and ``tag`` (KAI's Config); and
-    env vars whose name holds IMAGE (KMM's ``RELATED_IMAGE_*``), not their pull
-    secrets or policies; container flags whose value is a full image reference; and
-    ConfigMap data that is a controller's YAML configuration. An operand its
-    resource switches off (``enabled: false``)
-    is skipped: the operator deploys nothing of it.
+    Containers, init and ephemeral containers at any depth (``image``); operator resources' image fields: a string
+    under a key ending in ``image`` or ``Image`` (EnvoyProxy ``container.image``, DeviceConfig ``devicePluginImage``,
+    ``initContainerImage``), an operand split into ``repository`` and ``image`` (ClusterPolicy, NVIDIADriver:
+    ``{repository}/{image}:{version}``) or an ``image`` map of ``repository``, ``name`` and ``tag`` (KAI's Config);
+    env vars whose name holds IMAGE (KMM's ``RELATED_IMAGE_*``), not their pull secrets or policies; container flags
+    whose value is a full image reference; and ConfigMap data that is a controller's YAML configuration. An operand
+    its resource switches off (``enabled: false``) is skipped: the operator deploys nothing of it.
     """
     yield from _walk({k: v for k, v in obj.items() if k != "metadata"}, "")
     if obj.get("kind") == "ConfigMap":
@@ -225,22 +211,18 @@ def _walk(node: Any, key: str) -> Iterator[str]:
     if isinstance(node, dict):
         if node.get("enabled") is False:
             return
-        name, prefix = node.get("name"), node.get("repository")
-        if key == "image" and isinstance(name, str) and isinstance(prefix, str) and name and prefix:
+        name, repository, image = node.get("name"), node.get("repository"), node.get("image")
+        if key == "image" and isinstance(name, str) and isinstance(repository, str) and name and repository:
             # KAI's Config: {repository}/{name}:{tag} (KAI-Scheduler pkg/apis/kai/v1/common/image.go Url).
             tag = node.get("tag")
-            yield f"{prefix}/{name}:{tag}" if isinstance(tag, str) and tag else f"{prefix}/{name}"
+            yield f"{repository}/{name}:{tag}" if isinstance(tag, str) and tag else f"{repository}/{name}"
             return
-        repository, image = node.get("repository"), node.get("image")
         split = isinstance(repository, str) and bool(repository) and isinstance(image, str) and "/" not in image
         if split and image:
             version = node.get("version")
-            tag = (
-                (f"@{version}" if version.startswith("sha256:") else f":{version}")
-                if isinstance(version, str) and version
-                else ""
-            )
-            yield f"{repository}/{image}{tag}"
+            if isinstance(version, str) and version:
+                image += f"@{version}" if version.startswith("sha256:") else f":{version}"
+            yield f"{repository}/{image}"
         for k, v in node.items():
             if split and k == "image":
                 continue

@@ -29,18 +29,6 @@ def _field(node: struct_pb2.Struct, *path: str) -> Any:
     return value
 
 
-def _string(node: struct_pb2.Struct, key: str) -> str | None:
-    value = node.fields.get(key)
-    return value.string_value if value is not None and value.WhichOneof("kind") == "string_value" else None
-
-
-def _strings(node: struct_pb2.Struct, key: str) -> tuple[str, ...]:
-    value = node.fields.get(key)
-    if value is None or value.WhichOneof("kind") != "list_value":
-        return ()
-    return tuple(v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value")
-
-
 def logged_xr(req: fnv1.RunFunctionRequest) -> str:
     """``namespace/name`` of the observed XR (``?`` where missing)."""
     xr = req.observed.composite.resource
@@ -84,8 +72,10 @@ def summarize(
     ``status.stack``'s id and environmentConfigs) when they are not in the message (:mod:`function.wire`)."""
     resources = len(rsp.desired.resources) if resources is None else resources
     if stack is None:
-        written = _field(rsp.desired.composite.resource, "status", "stack")
-        stack = ("", ()) if written is None else (_string(written, "id") or "", _strings(written, "environmentConfigs"))
+        xr = rsp.desired.composite.resource
+        stack_id, listed = _field(xr, "status", "stack", "id"), _field(xr, "status", "stack", "environmentConfigs")
+        documents = tuple(d for d in listed if isinstance(d, str)) if isinstance(listed, struct_pb2.ListValue) else ()
+        stack = (stack_id if isinstance(stack_id, str) else "", documents)
     return Summary(
         fatals=tuple(r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL),
         stack_id=stack[0] or "-",

@@ -64,11 +64,6 @@ class Listen:
         ]
 
 
-def _bound_address(address: str, port: int) -> str:
-    host = address.rsplit(":", 1)[0]
-    return f"{host}:{port}"
-
-
 def _already_serialized(data: bytes) -> bytes:
     return data
 
@@ -121,7 +116,7 @@ def serve(runner: FunctionRunner, listen: Listen) -> None:
         await server.start()
         mode = "TLS" if listen.creds is not None else "insecure"
         log.info(
-            f"serving on {_bound_address(listen.address, port)} ({mode})",
+            f"serving on {listen.address.rsplit(':', 1)[0]}:{port} ({mode})",
             max_recv_message_size_mb=listen.max_recv_mb,
             max_send_message_size_mb=listen.max_send_mb,
             reuse_port=listen.reuse_port,

@@ -85,16 +85,8 @@ def explain(stack: Stack, found: Collected) -> tuple[list[Explained], list[str]]
     out = []
     for p in planned.planned:
         c = p.component
-        out.append(
-            Explained(
-                key=c.key,
-                kind=c.kind,
-                state=p.state,
-                origin=c.origin,
-                changed_by=p.changed_by,
-                fields=tuple(_fields(c, p.state, planned.provenance.get(c.key, {}))),
-            )
-        )
+        fields = tuple(_fields(c, p.state, planned.provenance.get(c.key, {})))
+        out.append(Explained(c.key, c.kind, p.state, c.origin, p.changed_by, fields))
     return out, [*found.warnings, *planned.warnings]
 
 
@@ -135,15 +127,12 @@ def format_text(
         if only_changed and not e.changed_by:
             continue
         by = f"; changed by {', '.join(e.changed_by)}" if e.changed_by else ""
-        lines.append("")
-        lines.append(f"{e.key}: {e.kind}, {e.state}, from {e.origin}{by}")
+        lines += ["", f"{e.key}: {e.kind}, {e.state}, from {e.origin}{by}"]
         fields = [f for f in e.fields if not only_changed or f.source != GENERATED]
         width = max((len(f.path) for f in fields), default=0)
-        for f in fields:
-            lines.append(f"  {f.path.ljust(width)}  {_short(f.value)}  [{f.source}]")
+        lines += [f"  {f.path.ljust(width)}  {_short(f.value)}  [{f.source}]" for f in fields]
     for note in notes:
-        lines.append("")
-        lines.append(f"warning: {note}")
+        lines += ["", f"warning: {note}"]
     return "\n".join(lines) + "\n"
 
 

@@ -33,6 +33,8 @@ REFERENCE = re.compile(
 )
 
 DOCKER_HUB = "docker.io"
+# Docker Hub's names (``qualify`` rewrites a reference on them to ``docker.io/library/...``).
+HUB_HOSTS = (DOCKER_HUB, "index.docker.io", "registry-1.docker.io")
 # Docker Hub's official images live under library/ ("ubuntu" is docker.io/library/ubuntu).
 DOCKER_LIBRARY = "library"
 
@@ -58,15 +60,10 @@ def qualify(name: str) -> str:
     """Make Docker Hub's implicit registry (and library/ namespace) explicit."""
     first, _, rest = name.partition("/")
     if rest and is_host(first):
-        if first in (DOCKER_HUB, "index.docker.io", "registry-1.docker.io") and "/" not in rest:
+        if first in HUB_HOSTS and "/" not in rest:
             return f"{DOCKER_HUB}/{DOCKER_LIBRARY}/{rest}"
         return name
     return f"{DOCKER_HUB}/{name}" if rest else f"{DOCKER_HUB}/{DOCKER_LIBRARY}/{name}"
-
-
-def check_reference(ref: str, where: str) -> None:
-    if not REFERENCE.match(ref):
-        raise InputError(f"{where}: {ref!r} is not an image reference (host/path:tag or host/path@sha256:...)")
 
 
 # The records below are tuples: a rebuild for new mirrors makes one or more
@@ -144,25 +141,20 @@ def _split_registry(name: str, repository: str | None) -> tuple[str, str]:
     return host, rest
 
 
-def _split_form(values: dict[str, Any], img: ImageRef) -> bool:
-    """Whether to write registry and repository apart (else a full repository alone).
+def _split(values: dict[str, Any], img: ImageRef) -> tuple[bool, str | None]:
+    """Whether a new name goes to the registry and repository apart, and the repository it then keeps where it can.
 
     A chart whose registry key is unset and whose repository is a full
     ``host/path`` (cert-manager) takes the whole name in the repository; one
     whose repository is a bare name (GPU Operator operands, bitnami-style
     charts with an empty registry) needs the registry written beside it.
     """
-    if _read(values, img, "registry"):
-        return True
-    repository = _read(values, img, "repository") or ""
-    first, _, rest = repository.partition("/")
-    return not (rest and is_host(first))
-
-
-def _split(values: dict[str, Any], img: ImageRef) -> tuple[bool, str | None]:
-    """Whether a new name goes to the registry and repository apart, and the repository it then keeps where it can."""
-    if img.ref is None and img.repository is not None and img.registry is not None and _split_form(values, img):
-        return True, _read(values, img, "repository")
+    if img.ref is not None or img.repository is None or img.registry is None:
+        return False, None
+    repository = _read(values, img, "repository")
+    first, _, rest = (repository or "").partition("/")
+    if _read(values, img, "registry") or not (rest and is_host(first)):
+        return True, repository
     return False, None
 
 
@@ -254,7 +246,8 @@ def rewrite_values(
 
 def set_image(values: dict[str, Any], img: ImageRef, ref: str, document: str, where: str) -> list[Change]:
     """The ``image`` shortcut: write a full reference into the image's declared paths."""
-    check_reference(ref, where)
+    if not REFERENCE.match(ref):
+        raise InputError(f"{where}: {ref!r} is not an image reference (host/path:tag or host/path@sha256:...)")
     name, suffix = split_reference(ref)
     if img.ref is None and img.repository is None:
         raise InputError(

@@ -56,14 +56,8 @@ def pulls(stack: Stack, found: Collected) -> list[Pull]:
         if p.state != MANAGED or chart is None:
             continue
         upstream = upstream_charts.get(p.component.key, chart)
-        out.append(
-            Pull(
-                CHART,
-                f"{chart.repository} {chart.name} {chart.version}",
-                f"{upstream.repository} {chart.name} {chart.version}",
-                p.component.key,
-            )
-        )
+        tail = f"{chart.name} {chart.version}"
+        out.append(Pull(CHART, f"{chart.repository} {tail}", f"{upstream.repository} {tail}", p.component.key))
     return out
 
 
@@ -97,9 +91,8 @@ def as_skopeo(items: Iterable[Pull]) -> str:
         if p.kind != IMAGE:
             continue
         name, suffix = split_reference(p.source)
-        name = qualify(name)
         dest = _destination(p.moved_by) if p.moved_by is not None else ""
-        host, _, path = name.partition("/")
+        host, _, path = qualify(name).partition("/")
         tags = groups.setdefault(dest, {}).setdefault(host, {}).setdefault(path, set())
         tag = suffix.lstrip(":").split("@", 1)
         if tag[0]:

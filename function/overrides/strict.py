@@ -33,15 +33,13 @@ from function.cache import BoundedCache
 from function.errors import InputError
 from function.stack import ChartRef, Component, ImageRef, Stack
 
-from .images import REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
-from .registry import CATCH_ALL, Mirrors, Policy, Rule, bare, under
+from .images import HUB_HOSTS, REFERENCE, ImageSeen, image_name, is_host, pod_containers, qualify, split_reference
+from .registry import CATCH_ALL, Mirrors, bare, under
 
-# Docker Hub's names (``images.qualify`` rewrites a reference on them to ``docker.io/library/...``).
-_DOCKER_HUB_HOSTS = ("docker.io", "index.docker.io", "registry-1.docker.io")
 # Public registries a chart default may point at even where the stack data
 # does not mention them (chart defaults are not all in the stack).
 WELL_KNOWN_HOSTS = (
-    *_DOCKER_HUB_HOSTS,
+    *HUB_HOSTS,
     "quay.io",
     "ghcr.io",
     "gcr.io",
@@ -70,14 +68,19 @@ def _image_hosts(values: dict[str, Any], images: Iterable[ImageRef]) -> Iterator
             yield _host(qualify(named[0]))
 
 
+def _declared_hosts(c: Component) -> Iterator[str]:
+    """The hosts of a component's chart repository and declared images."""
+    if c.chart is not None:
+        yield _host(c.chart.repository)
+    yield from _image_hosts(_payload(c), c.images)
+
+
 @cache
 def stack_hosts(stack: Stack) -> frozenset[str]:
     """Every registry and chart repository host the generated stack pulls from."""
     hosts = set(WELL_KNOWN_HOSTS)
     for c in stack.components:
-        if c.chart is not None:
-            hosts.add(_host(c.chart.repository))
-        hosts.update(_image_hosts(c.values if c.is_release else c.manifest, c.images))
+        hosts.update(_declared_hosts(c))
         for container, _path, _pod in pod_containers(c.manifest):
             hosts.add(_host(qualify(split_reference(container["image"])[0])))
     hosts.update(_image_hosts(stack.driver.resource, stack.driver.images))
@@ -85,16 +88,10 @@ def stack_hosts(stack: Stack) -> frozenset[str]:
 
 
 def _added_hosts(stack: Stack, components: Iterable[Component]) -> frozenset[str]:
-    """The hosts the components documents added pull from (their charts and declared images): a string naming
-    one is searched for as one naming a host of the stack is."""
+    """The hosts the components documents added pull from: a string naming one is searched for as one naming a
+    host of the stack is."""
     own = stack_keys(stack)
-    hosts: set[str] = set()
-    for c in components:
-        if c.key not in own:
-            if c.chart is not None:
-                hosts.add(_host(c.chart.repository))
-            hosts.update(_image_hosts(c.values if c.is_release else c.manifest, c.images))
-    return frozenset(h for h in hosts if h)
+    return frozenset(h for c in components if c.key not in own for h in _declared_hosts(c) if h)
 
 
 @cache
@@ -103,22 +100,18 @@ def stack_keys(stack: Stack) -> frozenset[str]:
     return frozenset(c.key for c in stack.components)
 
 
-def _strings(
-    node: Any, path: str, key: str = "", out: list[tuple[str, str, str]] | None = None
-) -> list[tuple[str, str, str]]:
+def _strings(node: Any, path: str, key: str = "") -> Iterator[tuple[str, str, str]]:
     """(path, nearest map key, text) of every string in a body that could name a registry, in document order.
 
     What a Fatal lists: walked only for a body holding a refused reference.
     """
-    found: list[tuple[str, str, str]] = [] if out is None else out
-    items = node.items() if isinstance(node, dict) else enumerate(node)
-    for k, value in items:
+    for k, value in node.items() if isinstance(node, dict) else enumerate(node):
+        near = str(k) if isinstance(node, dict) else key
         if isinstance(value, str):
             if _may_hold_a_host(value):
-                found.append((_child(path, node, k), str(k) if isinstance(node, dict) else key, value))
+                yield _child(path, node, k), near, value
         elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
-            _strings(value, _child(path, node, k), str(k) if isinstance(node, dict) else key, found)
-    return found
+            yield from _strings(value, _child(path, node, k), near)
 
 
 # One token of a string that could be a registry reference, whatever the
@@ -395,17 +388,9 @@ def _image_host(ref: str) -> str | None:
     first, _, rest = ref.partition("/")
     # (images.is_host, inlined: a call per image)
     shaped = rest and rest[0] not in ":@" and "@" not in first and "://" not in ref
-    if shaped and ("." in first or ":" in first or first == "localhost") and first not in _DOCKER_HUB_HOSTS:
+    if shaped and ("." in first or ":" in first or first == "localhost") and first not in HUB_HOSTS:
         return first
     return None
-
-
-def _rule_text(kind: str, rule: Rule) -> str:
-    return f"registry.{kind} rule {{from: {rule.source}, to: {rule.to}}}"
-
-
-def _outside(policies: Iterable[Policy], ref: str) -> Policy | None:
-    return next((p for p in policies if not p.allows(ref)), None)
 
 
 def _bounded(items: list[str]) -> str:
@@ -427,11 +412,11 @@ def _check_rules(
         onto_itself = rule.source != CATCH_ALL and under(bare(rule.to), bare(rule.source))
         if not onto_itself and allowed(rule.to):
             continue
-        at = f"{where.get(rule.document, rule.document)}: {_rule_text(kind, rule)}"
+        at = f"{where.get(rule.document, rule.document)}: registry.{kind} rule {{from: {rule.source}, to: {rule.to}}}"
         if onto_itself:
             problems.append(f"{at} maps {rule.source} onto itself, so its references stay where they are")
             continue
-        policy = _outside(mirrors.policies, rule.to)
+        policy = next((p for p in mirrors.policies if not p.allows(rule.to)), None)
         if policy is not None:
             if in_use is None:
                 in_use = [(f.component, f.ref) for f in known if f.ref]
