@@ -32,12 +32,15 @@ from function.xr import observed_xr
 class Rendered(NamedTuple):
     """A response without its desired composed resources, which ``resources`` holds encoded (see
     :func:`serialize`); ``status.stack`` as it wrote it, if it did; the large encodings it shares with other
-    responses, in order (:func:`function.encode.keep`)."""
+    responses, in order (:func:`function.encode.keep`); and whether Crossplane may send the very request
+    again: not once the response asks for resources or writes a ``status.stack`` other than the observed one
+    (the next request carries them)."""
 
     rsp: fnv1.RunFunctionResponse
     resources: dict[str, bytes]
     stack: StackStatus | None = None
     shared: tuple[bytes, ...] = ()
+    asked_again: bool = True
 
 
 def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialized: bytes | None = None) -> Rendered:
@@ -58,7 +61,8 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
         observed_stack = memory.observed_stack(req, serialized)
         found = overrides.collect(req, rsp, xr, observed_stack)
         if found is None:
-            return Rendered(rsp, _carried(rsp))  # asked Crossplane for the EnvironmentConfigs; render once they arrive
+            # Asked Crossplane for the EnvironmentConfigs; render once they arrive.
+            return Rendered(rsp, _carried(rsp), asked_again=False)
         plan = overrides.plan(chosen, found)
         desired, pending = render(xr, Observed(req.observed.resources), plan.planned)
         resources, shared = _encoded(rsp, xr, desired, extra)
@@ -80,9 +84,10 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
     # Compared as deterministic serializations, equal exactly when the messages are (upb compares
     # them alike: map order aside, bit for bit, unknown fields included); the observed one is read
     # once per request.
-    events.report(req, rsp, warned, normals, stack_changed=observed_stack != stack_status.serialized)
+    stack_changed = observed_stack != stack_status.serialized
+    events.report(req, rsp, warned, normals, stack_changed=stack_changed)
     # The composite, and so status.stack (one object per distinct status), goes before the resources.
-    return Rendered(rsp, resources, stack_status, (stack_status.serialized, *shared))
+    return Rendered(rsp, resources, stack_status, (stack_status.serialized, *shared), asked_again=not stack_changed)
 
 
 # Transforms edit lasting parts in place until the response is encoded and they are put back: one
@@ -310,20 +315,21 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
     def _compute(
         self, req: fnv1.RunFunctionRequest, serialized: bytes
-    ) -> tuple[bytes, requestlog.Summary, tuple[bytes, ...]]:
-        """The response to ``req``, serialized with its meta; what the log says of it; what it shares."""
+    ) -> tuple[bytes, requestlog.Summary, tuple[bytes, ...], bool]:
+        """The response to ``req``, serialized with its meta; what the log says of it; what it shares; whether
+        the same request may come again."""
         try:
-            rsp, resources, stack_status, shared = run(req, self.transforms, serialized)
+            rsp, resources, stack_status, shared, again = run(req, self.transforms, serialized)
         except Exception as err:  # a bug must not take the server down with it
             self.log.exception("Unexpected error composing ServingStack")
             rsp = _fatal(req, f"internal error composing ServingStack: {type(err).__name__}: {err}")
-            resources, stack_status, shared = {}, None, ()
+            resources, stack_status, shared, again = {}, None, (), True
         data = serialize(rsp, resources)
         if len(data) > MAX_RESPONSE_BYTES:
             rsp, resources, stack_status, shared = _fatal(req, _too_large(resources, len(data))), {}, None, ()
-            data = _serialize(rsp)
+            data, again = _serialize(rsp), True
         said = None if stack_status is None else stack_status.said
-        return data, requestlog.summarize(rsp, len(resources), said), shared
+        return data, requestlog.summarize(rsp, len(resources), said), shared, again
 
     def respond(self, req: fnv1.RunFunctionRequest | Refused) -> bytes:
         """The serialized response, as the gRPC server sends it: computed once per distinct request content."""
@@ -336,8 +342,10 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         key = hashlib.sha256(_without_meta(serialized)).digest()
         hit = self._responses.get(key)
         if hit is None:
-            data, summary, shared = self._compute(req, serialized)
-            if not summary.internal_error:  # a bug is not worth keeping
+            data, summary, shared, again = self._compute(req, serialized)
+            # Kept unless it is a bug's, or the XR's next request will differ (a new cluster's first status):
+            # at fleet scale those would only push out what is asked for again.
+            if again and not summary.internal_error:
                 kept = keep(bytes(_without_meta(data)), shared)  # the tag differs per call
                 self._responses.put(key, (kept, summary), kept.weight())
             requestlog.record(self.log, req, summary, time.perf_counter() - start)

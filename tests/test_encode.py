@@ -29,7 +29,7 @@ from google.protobuf.internal import decoder, encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
-from function import encode, stack
+from function import encode, fn, stack
 from function.fn import FunctionRunner, serialize
 from function.model import ServingStack
 from function.offline import RenderError, run_pipeline
@@ -432,3 +432,32 @@ def test_a_part_marshal_cannot_write_is_made_plain_and_still_lasts() -> None:
     assert encode.struct_bytes({"p": part}) == to_struct({"p": {"kind": "Release", "pair": [1, 2]}}).SerializeToString(
         deterministic=True
     )
+
+
+def test_the_runner_keeps_what_crossplane_asks_for_again_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A first status written (a new cluster) makes the XR's next request differ: not kept. Once the request
+    # carries the status the response writes, every reconcile sends it again: kept, answered without rendering.
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    states = dict(_states(req))
+    rendered: list[int] = []
+    real_run = fn.run
+
+    def counted(*args: Any, **kwargs: Any) -> fn.Rendered:
+        rendered.append(1)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(fn, "run", counted)
+    new_cluster = states["provider configs observed"]
+    runner = FunctionRunner()
+    told = fnv1.RunFunctionResponse.FromString(runner.respond(new_cluster))
+    assert runner.respond(new_cluster) == runner.respond(new_cluster)
+    assert len(rendered) == 3, "a new cluster's first status: rendered each time"
+    steady = fnv1.RunFunctionRequest()
+    steady.CopyFrom(new_cluster)
+    steady.observed.composite.resource.get_or_create_struct("status").CopyFrom(
+        told.desired.composite.resource["status"]
+    )
+    rendered.clear()
+    assert runner.respond(steady) == runner.respond(steady) == runner.respond(steady)
+    assert len(rendered) == 1, "the status as told: rendered once, then kept"
