@@ -58,7 +58,11 @@ def test_a_value_above_a_quarter_of_the_budget_is_not_kept() -> None:
 
 def test_a_smaller_budget_evicts_at_once_and_a_dropped_cache_gives_its_bytes_back() -> None:
     runner = FunctionRunner()
-    runner.respond(request(make_xr("EKS")))
+    req = request(make_xr("EKS"))
+    told = fnv1.RunFunctionResponse.FromString(runner.respond(req))
+    # The XR carrying the status it was told: the request every reconcile sends, which the runner keeps.
+    req.observed.composite.resource.get_or_create_struct("status").CopyFrom(told.desired.composite.resource["status"])
+    runner.respond(req)
     held = cache.held()
     assert held > 0
     del runner  # its responses cache goes with it
