@@ -94,7 +94,7 @@ def _usage(used: Component, user: Component) -> dict[str, Any]:
             }
         )
         _USAGE_SPECS.put(key, spec, _PART_SIZE + size(spec))
-    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec}
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec.node}
 
 
 def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, 
         selector = _selector(USAGE_CONSUMER_LABEL, consumer)
         by = lasting({"apiVersion": api, "kind": by_kind, "resourceSelector": selector})
         _USAGE_SPECS.put(key, by, _PART_SIZE + size(by))
-    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by}}
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by.node}}
 
 
 def usage_key(of_key: str, by_key: str) -> str:
@@ -167,14 +167,14 @@ def body(planned: Planned, pc_ref: dict[str, Any], params: Mapping[str, Any]) ->
     api, kind = api_kind(component)
     spec: dict[str, Any] = {
         "providerConfigRef": pc_ref,
-        "forProvider": parts.for_provider or _filled(component, params),
+        "forProvider": parts.for_provider.node if parts.for_provider is not None else _filled(component, params),
     }
     if parts.readiness is not None:
-        spec["readiness"] = parts.readiness
+        spec["readiness"] = parts.readiness.node
     if planned.state == UNMANAGED:
         # Keep the Helm release on the cluster; only stop managing it.
         spec["managementPolicies"] = ["Observe"]
-    return {"apiVersion": api, "kind": kind, "metadata": parts.metadata, "spec": spec}
+    return {"apiVersion": api, "kind": kind, "metadata": parts.metadata.node, "spec": spec}
 
 
 def _filled(component: Component, params: Mapping[str, Any]) -> dict[str, Any]:

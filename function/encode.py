@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import marshal
 import struct
+import weakref
 import zlib
 from collections.abc import Iterable, Sequence, Set
 from typing import Any, NamedTuple
@@ -77,18 +78,28 @@ def sort_key(key: str) -> bytes:
     return key.encode() + b"\xff"
 
 
-class Lasting(dict[str, Any]):
-    """A map that lasts (see :func:`lasting`), carrying its encoding as a ``Value`` and its ``marshal``
-    serialization, what it must still be. Kept by what holds it (a plan's body parts), as long as that is."""
+class Lasting:
+    """A lasting part (a plain map, :func:`lasting`), its encoding as a ``Value`` and its ``marshal``
+    serialization, what it must still be. Whoever holds the part for later requests holds this: the part is
+    known as lasting (:data:`_LASTING`) exactly as long as it."""
 
-    __slots__ = ("blob", "value")
+    __slots__ = ("__weakref__", "blob", "node", "value")
 
-    blob: bytes
-    value: bytes
+    def __init__(self, node: dict[str, Any], value: bytes, blob: bytes) -> None:
+        self.node = node
+        self.value = value
+        self.blob = blob
 
-    def serialized(self) -> bytes:
-        """What it holds now, as ``marshal`` writes it (its own maps and lists are plain ones)."""
-        return marshal.dumps(dict(self), _MARSHAL_VERSION)
+
+# The lasting parts alive, by the id of their map: a weak reference to the record, whose entry goes when the
+# record does (before its map can), so an id here is always its map's own.
+_LASTING: dict[int, weakref.ref[Lasting]] = {}
+
+
+def _lasting_part(node: object) -> Lasting | None:
+    """The record of ``node`` if it is a lasting part's map."""
+    ref = _LASTING.get(id(node))
+    return None if ref is None else ref()
 
 
 # Lasting encodings at least this long are kept by reference in a kept response (:func:`keep`); shorter ones
@@ -158,17 +169,19 @@ _FIND_HEAD = 24  # long enough that a false start is rare, short enough to prepa
 
 
 def lasting(node: dict[str, Any]) -> Lasting:
-    """A copy of ``node`` (a JSON map) that only rendering's bodies hold, encoded now and taken whole from then
-    on. Its own copy, of plain maps, lists and scalars (a str enum becomes its string): nothing else reaches
-    into it, so a part a transform edited is put back as it was (:func:`restore`)."""
+    """A lasting part made of ``node`` (a JSON map): a copy only rendering's bodies hold, of plain maps, lists
+    and scalars (a str enum becomes its string), encoded now and taken whole from then on. Nothing else reaches
+    into it, so a part a transform edited is put back as it was (:func:`restore`). Its holder keeps the
+    returned record, and puts ``.node`` in bodies."""
     try:
         blob = marshal.dumps(node, _MARSHAL_VERSION)
     except ValueError:  # a str enum, a dict subclass: made plain first
         blob = marshal.dumps(json.loads(json.dumps(node)), _MARSHAL_VERSION)
-    owned = Lasting(marshal.loads(blob))
-    owned.blob = blob
-    owned.value = _value(dict(owned), Encoding())
-    return owned
+    owned: dict[str, Any] = marshal.loads(blob)
+    part = Lasting(owned, _value(owned, Encoding()), blob)
+    key = id(owned)
+    _LASTING[key] = weakref.ref(part, lambda _: _LASTING.pop(key, None))
+    return part
 
 
 def size(part: Lasting) -> int:
@@ -192,10 +205,11 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
     which are encoded as they are now and then put back by :func:`restore`: a no-op transform costs a
     ``marshal`` serialization of the parts, not a copy of them.
     """
-    if type(tree) is Lasting:
+    part = _lasting_part(tree)
+    if part is not None and part.node is tree:
         if id(tree) in enc.reached:
-            return marshal.loads(tree.blob)
-        enc.reached[id(tree)] = tree
+            return marshal.loads(part.blob)
+        enc.reached[id(tree)] = part
         return tree
     if id(tree) in enc.met:
         return copy_tree(tree)
@@ -210,16 +224,16 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
 
 
 # What :func:`editable` walks; everything else in a body is immutable (or a transform's).
-_CONTAINERS = frozenset((dict, list, Lasting))
+_CONTAINERS = frozenset((dict, list))
 
 
 def settle(enc: Encoding) -> None:
     """After transforms: the lasting parts :func:`editable` handed over that still serialize as they were
     stand (their encodings are taken); the others are noted, to be put back by :func:`restore`. A copy
     still equal to the map it was made of gives way to it again, encoded once."""
-    changed = [part for part in enc.reached.values() if not _same(part, part.blob)]
+    changed = [part for part in enc.reached.values() if not _same(part.node, part.blob)]
     enc.changed = changed
-    enc.trusted = enc.reached.keys() - {id(part) for part in changed}
+    enc.trusted = enc.reached.keys() - {id(part.node) for part in changed}
     for holder, key, copied, original in enc.copies:
         try:
             if holder[key] is copied and _same(copied, _marshal(original)):
@@ -235,7 +249,7 @@ def _marshal(node: Any) -> bytes:
 def _same(node: Any, blob: bytes) -> bool:
     """Whether ``node`` serializes as ``blob``: holds exactly what it held (``True``, ``1`` and ``1.0`` apart)."""
     try:
-        return (node.serialized() if type(node) is Lasting else _marshal(node)) == blob
+        return _marshal(node) == blob
     except ValueError:  # something marshal does not write, which only a transform can have put: changed
         return False
 
@@ -248,8 +262,8 @@ def restore(enc: Encoding) -> None:
             return
         settle(enc)
     for part in enc.changed:
-        part.clear()
-        part.update(marshal.loads(part.blob))
+        part.node.clear()
+        part.node.update(marshal.loads(part.blob))
     enc.changed = []
 
 
@@ -325,7 +339,7 @@ def _value(node: Any, enc: Encoding) -> bytes:
     if kind is str:
         data: bytes = node.encode()
         return _STRING + varint(len(data)) + data
-    if kind is dict or kind is list or kind is Lasting:
+    if kind is dict or kind is list:
         return _known(node, enc) or _new(node, enc)
     if kind is bool:
         return _TRUE if node else _FALSE
@@ -340,9 +354,10 @@ def _known(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes | None:
     hit = enc.seen.get(id(node))
     if hit is not None:
         return hit
-    if type(node) is not Lasting or (enc.trusted is not None and id(node) not in enc.trusted):
+    part = _lasting_part(node)
+    if part is None or part.node is not node or (enc.trusted is not None and id(node) not in enc.trusted):
         return None
-    value = node.value
+    value = part.value
     if len(value) >= _SHARED_BYTES:
         enc.shared.append(value)
     return value

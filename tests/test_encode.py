@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from google.protobuf.internal import decoder, encoder
@@ -55,7 +57,8 @@ def test_a_tree_encodes_as_protobuf_serializes_its_struct(tree: dict[str, Any], 
     expected = to_struct(tree).SerializeToString(deterministic=True)
     assert encode.struct_bytes(tree) == expected
     # Its maps lasting (one at two paths): the same bytes.
-    lasting = {key: encode.lasting(v) if type(v) is dict else v for key, v in tree.items()}
+    records = {key: encode.lasting(v) for key, v in tree.items() if type(v) is dict}
+    lasting = {key: records[key].node if key in records else v for key, v in tree.items()}
     maps = [key for key, v in tree.items() if type(v) is dict]
     if maps:
         lasting["again"] = lasting[data.draw(st.sampled_from(maps))]
@@ -72,7 +75,8 @@ def test_a_body_transforms_edit_encodes_as_what_it_holds_and_its_lasting_parts_c
 ) -> None:
     # A body around lasting parts (one at two paths) and a map made for the request at two paths, edited
     # or not: it encodes as protobuf encodes what it holds after the edit; then the parts are as they were.
-    parts = {f"part{i}": encode.lasting(v) for i, v in enumerate(tree.values()) if type(v) is dict}
+    records = [encode.lasting(v) for v in tree.values() if type(v) is dict]  # held: the parts last while they do
+    parts = {f"part{i}": record.node for i, record in enumerate(records)}
     shared = {"name": "pc"}
     body: dict[str, Any] = {"top": tree, **parts, "again": next(iter(parts.values()), []), "r1": shared, "r2": shared}
     kept = {key: (to_struct({"p": part}).SerializeToString(deterministic=True)) for key, part in parts.items()}
@@ -105,7 +109,8 @@ def test_a_bool_edited_into_a_number_is_encoded_as_the_number() -> None:
         {"flag": True, "n": True, "z": 0.0},
         {"flag": True, "n": 1, "z": -0.0},
     ):
-        part = encode.lasting({"flag": True, "n": 1, "z": 0.0})
+        record = encode.lasting({"flag": True, "n": 1, "z": 0.0})
+        part = record.node
         enc = encode.Encoding()
         handed = encode.editable({"p": part}, enc)
         handed["p"].update(changed)
@@ -119,7 +124,8 @@ def test_a_bool_edited_into_a_number_is_encoded_as_the_number() -> None:
 
 def test_a_lasting_part_is_its_own_copy_put_back_in_place() -> None:
     values = {"image": {"repository": "nvcr.io/x"}}
-    part = encode.lasting({"values": values})
+    record = encode.lasting({"values": values})
+    part = record.node
     assert part == {"values": values} and part["values"] is not values  # nothing else reaches into it
     enc = encode.Encoding()
     handed = encode.editable({"p": part}, enc)
@@ -426,8 +432,9 @@ def test_a_part_marshal_cannot_write_is_made_plain_and_still_lasts() -> None:
     class Kind(enum.StrEnum):
         RELEASE = "Release"
 
-    part = encode.lasting({"kind": Kind.RELEASE, "pair": (1, 2)})
-    assert type(part) is encode.Lasting and type(part["kind"]) is str
+    record = encode.lasting({"kind": Kind.RELEASE, "pair": (1, 2)})
+    part = record.node
+    assert type(part) is dict and type(part["kind"]) is str
     assert part == {"kind": "Release", "pair": [1, 2]}
     assert encode.struct_bytes({"p": part}) == to_struct({"p": {"kind": "Release", "pair": [1, 2]}}).SerializeToString(
         deterministic=True
@@ -461,3 +468,39 @@ def test_the_runner_keeps_what_crossplane_asks_for_again_only(monkeypatch: pytes
     rendered.clear()
     assert runner.respond(steady) == runner.respond(steady) == runner.respond(steady)
     assert len(rendered) == 1, "the status as told: rendered once, then kept"
+
+
+def test_a_part_is_lasting_while_its_record_is_held() -> None:
+    body = {"a": 1}
+    before = len(encode._LASTING)
+    records = [encode.lasting(body) for _ in range(100)]
+    assert len(encode._LASTING) == before + 100
+    # A body keeps its part's map after the record goes (a plan evicted mid-request): it is then a map like
+    # any other, encoded anew and, for transforms, edited without being put back (no plan holds it).
+    node = records[0].node
+    del records
+    gc.collect()
+    assert len(encode._LASTING) == before
+    enc = encode.Encoding()
+    assert encode.editable({"p": node}, enc)["p"] is node and not enc.reached
+    assert encode.struct_bytes({"p": node}) == to_struct({"p": {"a": 1}}).SerializeToString(deterministic=True)
+
+
+def test_transforms_get_plain_dicts_and_lists() -> None:
+    # As function.transforms promises: what any Python code (yaml.safe_dump, type checks) takes as JSON.
+    req = _final_request("EKS", "NVIDIA", SCENARIOS["regulated-bank"])
+    assert req is not None
+    kinds: set[type] = set()
+
+    def walk(node: Any) -> None:
+        kinds.add(type(node))
+        for child in node.values() if isinstance(node, dict) else node if isinstance(node, list) else ():
+            walk(child)
+
+    def inspect(_xr: ServingStack, resources: dict[str, dict[str, Any]]) -> None:
+        walk(resources)
+        yaml.safe_dump(resources)
+
+    rsp = fnv1.RunFunctionResponse.FromString(FunctionRunner(transforms=(inspect,)).respond(req))
+    assert not any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
+    assert kinds <= {dict, list, str, bool, int, float, type(None)} and dict in kinds
