@@ -230,9 +230,8 @@ def _usages(
     of = {api: {"apiVersion": api, "kind": "ProviderConfig", "resourceRef": {"name": pc_name}} for api in _APIS}
     # Usages have no readiness of their own to wait for.
     for key, component in rendered.items():
-        desired[provider_config_usage_key(key)] = Composed(
-            _provider_config_usage(*api_kind(component), key, of[api_kind(component)[0]]), True
-        )
+        api, kind = api_kind(component)
+        desired[provider_config_usage_key(key)] = Composed(_provider_config_usage(api, kind, key, of[api]), True)
     # A consumer on its way out (no longer desired, still observed) keeps
     # its ProviderConfig until it is gone: its uninstall needs it. Only
     # one carrying our consumer label: another pipeline step's resources

@@ -22,7 +22,7 @@ import marshal
 import struct
 import weakref
 import zlib
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any, NamedTuple
 
 from function.tree import copy_tree
@@ -99,7 +99,8 @@ _LASTING: dict[int, weakref.ref[Lasting]] = {}
 def _lasting_part(node: object) -> Lasting | None:
     """The record of ``node`` if it is a lasting part's map."""
     ref = _LASTING.get(id(node))
-    return None if ref is None else ref()
+    part = None if ref is None else ref()
+    return part if part is not None and part.node is node else None
 
 
 # Lasting encodings at least this long are kept by reference in a kept response (:func:`keep`); shorter ones
@@ -135,11 +136,11 @@ class Kept(NamedTuple):
         return len(self.own) + sum(_LENGTH_BYTES if type(p) is int else _REFERENCE_BYTES for p in self.layout)
 
 
-def keep(data: bytes, shared: Sequence[bytes]) -> Kept:
-    """``data``, which holds the encodings in ``shared`` in that order, kept as a :class:`Kept`."""
+def keep(data: bytes, shared: Sequence[bytes], start: int = 0) -> Kept:
+    """``data`` from ``start``, which holds the encodings in ``shared`` in that order, kept as a :class:`Kept`."""
     layout: list[bytes | int] = []
     own: list[bytes] = []
-    pos = 0
+    pos = start
     for part in shared:
         at = _find(data, part, pos)
         if at < 0:
@@ -206,7 +207,7 @@ def editable(tree: dict[str, Any] | list[Any], enc: Encoding) -> Any:
     ``marshal`` serialization of the parts, not a copy of them.
     """
     part = _lasting_part(tree)
-    if part is not None and part.node is tree:
+    if part is not None:
         if id(tree) in enc.reached:
             return marshal.loads(part.blob)
         enc.reached[id(tree)] = part
@@ -288,7 +289,7 @@ class Encoding:
 
 def _fields(tree: dict[str, Any], enc: Encoding) -> bytes:
     out: list[bytes] = []
-    for key in _order(tree):
+    for key in upb_order(tree):
         value = _value(tree[key], enc)
         head = _HEADS.get(key) or _head(key)
         length = len(value)
@@ -307,25 +308,28 @@ _HEADS: dict[str, bytes] = {}
 _KEPT_KEYS = 4096
 
 
-def _order(tree: dict[str, Any]) -> Iterable[str]:
-    """``tree``'s keys in upb's order."""
+def upb_order(tree: Mapping[str, Any]) -> Iterable[str]:
+    """``tree``'s keys in upb's order (:func:`sort_key`), each key tuple sorted once."""
     if len(tree) < 2:  # noqa: PLR2004 - nothing to sort
         return tree
     keys = tuple(tree)
     order = _ORDERS.get(keys)
     if order is None:
         for key in keys:
-            if type(key) is not str and not isinstance(key, str):  # only a transform can put one
-                raise TypeError(f"a map key that is not a string: {type(key).__name__}")
+            _check_key(key)
         order = tuple(sorted(keys, key=sort_key))
         if len(_ORDERS) < _KEPT_KEYS:
             _ORDERS[keys] = order
     return order
 
 
-def _head(key: str) -> bytes:
+def _check_key(key: object) -> None:
     if type(key) is not str and not isinstance(key, str):  # only a transform can put one
         raise TypeError(f"a map key that is not a string: {type(key).__name__}")
+
+
+def _head(key: str) -> bytes:
+    _check_key(key)
     name = key.encode()
     head = _ENTRY + varint(len(name)) + name + _ENTRY_VALUE
     if len(_HEADS) < _KEPT_KEYS:
@@ -355,7 +359,7 @@ def _known(node: dict[str, Any] | list[Any], enc: Encoding) -> bytes | None:
     if hit is not None:
         return hit
     part = _lasting_part(node)
-    if part is None or part.node is not node or (enc.trusted is not None and id(node) not in enc.trusted):
+    if part is None or (enc.trusted is not None and id(node) not in enc.trusted):
         return None
     value = part.value
     if len(value) >= _SHARED_BYTES:

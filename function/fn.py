@@ -17,7 +17,7 @@ from google.protobuf.message import DecodeError
 from function import events, legacy, overrides, requestlog, tenancy, transforms
 from function.cache import BoundedCache
 from function.compose import Desired, Observed, render
-from function.encode import Encoding, Kept, keep, read_varint, restore, sort_key, struct_bytes, varint
+from function.encode import Encoding, Kept, keep, read_varint, restore, struct_bytes, upb_order, varint
 from function.errors import InputError, bounded, excerpt
 from function.inputs import MAX_RESPONSE_BYTES, Refused, check_request, undecodable
 from function.model import ServingStack
@@ -94,7 +94,7 @@ def run(req: fnv1.RunFunctionRequest, extra: Sequence[Transform] = (), serialize
 # request at a time may (the server runs one; a library caller might run several threads), and a
 # transform may not render with transforms itself (it would see, and put back, its caller's edits).
 _EDITING = threading.Lock()
-_EDITOR: list[int | None] = [None]  # the thread holding _EDITING
+_EDITOR = threading.local()  # .on: this thread holds _EDITING
 
 
 def _encoded(
@@ -104,18 +104,18 @@ def _encoded(
     enc = Encoding()
     if not extra:
         return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
-    if _EDITOR[0] == threading.get_ident():
+    if getattr(_EDITOR, "on", False):
         raise InputError(
             f"transforms {transforms.names(extra)}: called while another render's transforms run in this thread; "
             "a transform may not render a ServingStack with transforms itself"
         )
     with _EDITING:
-        _EDITOR[0] = threading.get_ident()
+        _EDITOR.on = True
         try:
             return _resources(rsp, desired, apply_transforms(extra, xr, desired, enc), extra, enc)
         finally:
             restore(enc)
-            _EDITOR[0] = None
+            _EDITOR.on = False
 
 
 def _resources(
@@ -152,7 +152,7 @@ def _resources(
             continue
         out[key] = _RESOURCE + varint(len(data)) + data + (_READY_TRUE if ready else b"")
     out.update(_carried(rsp))
-    return out, [part for key in sorted(out, key=sort_key) for part in shared.get(key, ())]
+    return out, [part for key in upb_order(out) for part in shared.get(key, ())]
 
 
 # Resource fields (run_function.proto): resource (1, a Struct), ready (3, an enum).
@@ -178,16 +178,13 @@ def serialize(rsp: fnv1.RunFunctionResponse, resources: Mapping[str, bytes]) -> 
     data: bytes = rsp.SerializeToString(deterministic=True)
     if not resources:
         return data
-    pos = 0
-    if data[:1] == _META:
-        length, start = read_varint(data, 1)
-        pos = start + length
+    pos = _meta_end(data)
     head, rest, desired = data[:pos], data[pos:], b""
     if rest[:1] == _DESIRED:
         length, start = read_varint(rest, 1)
         desired, rest = rest[start : start + length], rest[start + length :]
     parts = [desired]
-    for key in sorted(resources, key=sort_key):
+    for key in upb_order(resources):
         name, value = key.encode(), resources[key]
         entry = _RESOURCE + varint(len(name)) + name + _MAP_VALUE + varint(len(value)) + value
         parts += (_RESOURCES, varint(len(entry)), entry)
@@ -257,14 +254,12 @@ def _gateway_address(req: fnv1.RunFunctionRequest) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _without_meta(data: bytes) -> memoryview:
-    """A deterministic serialization without its meta field, which it writes first (fields go in number order);
-    a view, not a copy."""
-    view = memoryview(data)
+def _meta_end(data: bytes) -> int:
+    """Where a deterministic serialization's meta field ends: it is written first (fields go in number order)."""
     if not data.startswith(_META):
-        return view
+        return 0
     length, start = read_varint(data, 1)
-    return view[start + length :]
+    return start + length
 
 
 def _serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
@@ -339,14 +334,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             requestlog.record(self.log, req.req, requestlog.summarize(rsp), time.perf_counter() - start)
             return _serialize(rsp)
         serialized = req.SerializeToString(deterministic=True)
-        key = hashlib.sha256(_without_meta(serialized)).digest()
+        key = hashlib.sha256(memoryview(serialized)[_meta_end(serialized) :]).digest()
         hit = self._responses.get(key)
         if hit is None:
             data, summary, shared, again = self._compute(req, serialized)
             # Kept unless it is a bug's, or the XR's next request will differ (a new cluster's first status):
             # at fleet scale those would only push out what is asked for again.
             if again and not summary.internal_error:
-                kept = keep(bytes(_without_meta(data)), shared)  # the tag differs per call
+                kept = keep(data, shared, _meta_end(data))  # the tag differs per call
                 self._responses.put(key, (kept, summary), kept.weight())
             requestlog.record(self.log, req, summary, time.perf_counter() - start)
             return data

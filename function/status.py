@@ -6,8 +6,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import struct_pb2
-
 from function.__version__ import __version__
 from function.cache import BoundedCache
 from function.encode import struct_bytes
@@ -94,9 +92,8 @@ def converted_stack_status(
     key = (stack, found.fingerprint, frozenset(rendered), frozenset(a.key for a in added))
     cached = _CACHE.get(key)
     if cached is None:
-        encoded = struct_bytes(stack_status(stack, plan, found, rendered, added))
-        # Serialized as protobuf serializes the observed one, so equal statuses compare equal.
-        serialized = struct_pb2.Struct.FromString(encoded).SerializeToString(deterministic=True)
+        # As protobuf serializes the observed one (function.encode), so equal statuses compare equal.
+        serialized = struct_bytes(stack_status(stack, plan, found, rendered, added))
         cached = StackStatus(serialized, (stack.id, tuple(found.applied)))
         _CACHE.put(key, cached, len(serialized))
     return cached
