@@ -404,6 +404,9 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=1, help="times to run the comparison with the floor")
     parser.add_argument("--paths-n", type=int, default=1000, help="calls per transform path (plain, no-op, fork)")
     parser.add_argument("--paths-only", action="store_true", help="only the transform paths against the plain one")
+    parser.add_argument(
+        "--mechanisms", type=int, metavar="N", help="only each optimisation off and on, N calls a case (mechanisms.py)"
+    )
     fleet = parser.add_argument_group("fleet", "--fleet N: only the fleet of N distinct ServingStacks (bench/fleet.py)")
     fleet.add_argument("--fleet", type=int, metavar="N", help="distinct ServingStacks (XRs) in the fleet")
     fleet.add_argument("--fleet-passes", type=int, default=3, help="passes over the fleet; the first is new clusters")
@@ -411,7 +414,11 @@ if __name__ == "__main__":
     fleet.add_argument("--fleet-callers", type=int, default=1, help="concurrent callers on the one connection")
     fleet.add_argument("--fleet-seconds", type=float, default=1800.0, help="stop the fleet after this long")
     args = parser.parse_args()
-    if args.fleet is None:
+    if args.mechanisms is not None:
+        from bench.mechanisms import run as run_mechanisms  # it imports this module's helpers
+
+        run_mechanisms(args.mechanisms)
+    elif args.fleet is None:
         asyncio.run(main(args))
     else:
         # Imported here: bench.fleet imports this module's helpers (as bench.benchmark).
