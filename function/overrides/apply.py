@@ -71,28 +71,12 @@ def _check_fields(comp: Component, over: ComponentOverride, where: str) -> None:
             )
 
 
-def _put(patch: dict[str, Any], path: str, value: Any) -> None:
-    current = get_path(patch, path)
-    set_path(
-        patch, path, deep_merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
-    )
-
-
 def _pdb_patch(patch: dict[str, Any], comp: Component, pdb: PodDisruptionBudget, where: str) -> None:
     budgets = comp.pod_disruption_budgets
-    for field_name, attr, value in (
-        ("minAvailable", "min_available", pdb.minAvailable),
-        ("maxUnavailable", "max_unavailable", pdb.maxUnavailable),
-    ):
-        if value is not None and any(getattr(b, attr) is None for b in budgets):
-            takes = sorted(
-                {
-                    f
-                    for b in budgets
-                    for f, a in (("minAvailable", b.min_available), ("maxUnavailable", b.max_unavailable))
-                    if a
-                }
-            )
+    fields = {"minAvailable": "min_available", "maxUnavailable": "max_unavailable"}  # override's -> budget's
+    for field_name, attr in fields.items():
+        if getattr(pdb, field_name) is not None and any(getattr(b, attr) is None for b in budgets):
+            takes = sorted({f for b in budgets for f, a in fields.items() if getattr(b, a)})
             raise InputError(
                 f"{where}.podDisruptionBudget.{field_name}: not every PodDisruptionBudget of {comp.key} takes "
                 f"{field_name}; they take: {', '.join(takes) or 'no budget'}"
@@ -139,7 +123,8 @@ def _values_patch(comp: Component, over: ComponentOverride, document: str, where
     if over.resources is not None:
         wanted = over.resources.model_dump(exclude_none=True)
         for path in comp.resources:
-            _put(patch, path, wanted)
+            current = get_path(patch, path)
+            set_path(patch, path, deep_merge(current, wanted) if isinstance(current, dict) else wanted)
     if over.image is not None:
         by_name = {img.name: img for img in comp.images}
         chosen = {comp.images[0].name: over.image} if isinstance(over.image, str) else over.image
@@ -185,11 +170,6 @@ class _Registry:
         if reg.strict:
             allowed = reg.allowedRegistries or [bare(rule.to) for _kind, rule in written]
             self.policies.append(Policy(d.name, f"{d.where}.registry", tuple(allowed)))
-
-    def impose(self, policy: RegistryPolicy | None) -> None:
-        """The function Input's policy: it holds whatever the documents say."""
-        if policy is not None and policy.strict:
-            self.policies.insert(0, Policy(INPUT_POLICY, f"{INPUT_POLICY}: spec.registry", policy.allowedRegistries))
 
     def mirrors(self) -> Mirrors:
         return Mirrors(
@@ -251,7 +231,10 @@ class _Planner:
         self.added = added.definitions(documents, remembered)
         self._define(remembered, retired)
         self.registry = _Registry()
-        self.registry.impose(policy)
+        if policy is not None and policy.strict:  # the function Input's: it holds whatever the documents say
+            self.registry.policies.append(
+                Policy(INPUT_POLICY, f"{INPUT_POLICY}: spec.registry", policy.allowedRegistries)
+            )
         self.drivers: dict[str, tuple[DriverOverride, str]] = {}
         self.found: list[images.ImageSeen] = []
         self.held = 0  # what the plan holds of the documents, serialized (see plan())
@@ -448,7 +431,8 @@ class _Planner:
         provenance.update(self.driver_provenance)
         if mirrors.strict:
             self._images_declared(mirrors, states)
-            _strict(self.stack, mirrors, planned, self.found, self.where, len(self.order))
+            managed = [p.component for p in planned if p.state == MANAGED]
+            strict.enforce(self.stack, mirrors, managed, self.found, self.where, len(self.order))
         additions = tuple(
             Added(key, defn.document, states[key], defn.entry, self.by_key[key].chart)
             for key, defn in self.added.items()
@@ -468,17 +452,6 @@ class _Planner:
                     "value written out in values (images: [] if it runs none of its own), so rules rewrite them "
                     "and strict checks them"
                 )
-
-
-def _strict(
-    stack: Stack,
-    mirrors: Mirrors,
-    planned: Sequence[Planned],
-    found: Sequence[images.ImageSeen],
-    where: dict[str, str],
-    documents: int,
-) -> None:
-    strict.enforce(stack, mirrors, [p.component for p in planned if p.state == MANAGED], found, where, documents)
 
 
 # Distinct (stack, document set, policy) triples in use at once: a few per fleet.
@@ -511,11 +484,6 @@ def prepare(stack: Stack) -> Plan:
     return _generated(stack)
 
 
-def _generated_bytes(stack: Stack) -> int:
-    """What the stack's values and manifests weigh serialized: a plan holds copies of those it changed."""
-    return sum(sizes(stack).values())
-
-
 def plan(stack: Stack, found: Collected) -> Plan:
     """The stack as the documents that apply to one XR leave it, computed once per (stack, documents, policy).
 
@@ -534,5 +502,5 @@ def plan(stack: Stack, found: Collected) -> Plan:
     # documents merge into them and set: weighed as both, at their serialized
     # size (the documents' layers and registry settings as the keys its
     # builds were looked up by, made anyway: see built).
-    weight = (_generated_bytes(stack) + planner.held) * PYTHON_FACTOR
+    weight = (sum(sizes(stack).values()) + planner.held) * PYTHON_FACTOR
     return _CACHE.put(key, computed, weight)

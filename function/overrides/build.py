@@ -14,7 +14,7 @@ settings, are read once per stack, so new mirrors only rewrite them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, NamedTuple, TypeVar
@@ -137,7 +137,8 @@ def _read(c: Component) -> _Layered:
     wheres = tuple(f"image {img.name}" for img in c.images)
     credits = tuple(f"values.{path}" for path in _pull_secret_paths(c))
     repository = chart_repository(c.chart.repository) if c.chart is not None else ("", 0)
-    return _Layered(c, c.values, {}, (), readings, holders(_written_paths(c)), wheres, credits, repository)
+    written = [*(path for img in c.images for path in img.paths()), *_pull_secret_paths(c)]  # what rewriting writes
+    return _Layered(c, c.values, {}, (), readings, holders(written), wheres, credits, repository)
 
 
 def _reads_apart(comp: Component) -> bool:
@@ -181,18 +182,14 @@ def _release(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.I
             changed[document] = None
             provenance[f"values.{path}"] = document
     if mirrors.image_pull_secrets and layered.secret_credits:  # one per pull-secret path: none, nothing to write
-        _pull_secrets(values, comp, mirrors, acc, layered.secret_credits)
+        # Credited as touching each path would.
+        _write_pull_secrets(values, comp, mirrors.image_pull_secrets)
+        changed[mirrors.image_pull_secrets_by] = None
+        provenance.update(dict.fromkeys(layered.secret_credits, mirrors.image_pull_secrets_by))
     chart = _chart(comp, acc, mirrors, layered.chart_repository)
     if values is comp.values and chart is comp.chart:
         return comp
     return replaced(comp, values=values, chart=chart)
-
-
-def _written_paths(comp: Component) -> Iterator[str]:
-    """The value paths image rewriting and pull secrets write into on ``comp``."""
-    for img in comp.images:
-        yield from img.paths()
-    yield from _pull_secret_paths(comp)
 
 
 def _pull_secret_paths(comp: Component) -> tuple[str, ...]:
@@ -205,21 +202,16 @@ def _pull_secret_paths(comp: Component) -> tuple[str, ...]:
     )
 
 
-def _pull_secrets(
-    values: dict[str, Any], comp: Component, mirrors: Mirrors, acc: Acc, credits: tuple[str, ...]
-) -> None:
-    """Write the pull secrets; credit their document with ``credits`` (each path, as touching it would)."""
-    images.write_pull_secrets(
-        values,
-        mirrors.image_pull_secrets,
+def _write_pull_secrets(tree: dict[str, Any], comp: Component, secrets: tuple[str, ...]) -> list[str]:
+    """Write ``secrets`` at ``comp``'s pull-secret paths in ``tree`` (its values or manifest); the paths written."""
+    return images.write_pull_secrets(
+        tree,
+        secrets,
         ref_list_paths=comp.pull_secret_ref_list_paths,
         name_list_paths=comp.pull_secret_name_list_paths,
         name_paths=comp.pull_secret_name_paths,
         ref_paths=comp.pull_secret_ref_paths,
     )
-    by = mirrors.image_pull_secrets_by
-    acc.changed[by] = None
-    acc.provenance.update(dict.fromkeys(credits, by))
 
 
 def _chart(comp: Component, acc: Acc, mirrors: Mirrors, repository: tuple[str, int]) -> ChartRef | None:
@@ -262,14 +254,7 @@ def _manifest(layered: _Layered, acc: Acc, mirrors: Mirrors, found: list[images.
         found.append(one)
         changes += written
     if secrets and _pull_secret_paths(comp):
-        paths = images.write_pull_secrets(
-            manifest,
-            secrets,
-            ref_list_paths=comp.pull_secret_ref_list_paths,
-            name_list_paths=comp.pull_secret_name_list_paths,
-            name_paths=comp.pull_secret_name_paths,
-            ref_paths=comp.pull_secret_ref_paths,
-        )
+        paths = _write_pull_secrets(manifest, comp, secrets)
         changes += [images.Change(path, None, mirrors.image_pull_secrets_by) for path in paths]
     for change in changes:
         acc.touch(change.document, f"manifest.{change.path}")
@@ -329,10 +314,11 @@ def built(
         seen: list[images.ImageSeen] = []  # (a literal: list[ImageSeen]() goes through typing's alias)
         build = _release if comp.is_release else _manifest
         new = build(_under_layers(stack, comp, layers), noted, mirrors, seen)
-        generated = sizes(stack).get(comp.key)
-        if generated is None:  # a component a document added
-            generated = len(json.dumps(comp.values or comp.manifest, separators=(",", ":")))
-        weight = _weight(comp, new, len(layered), generated)
+        generated = sizes(stack).get(comp.key) or _size(comp)  # (not there: a component a document added)
+        # A built component holds its layers and, when it differs from the
+        # generated one, (at most) a copy of its body: the generated body's
+        # bytes, plus what the layers add.
+        weight = len(layered) + 256 if new is comp else (generated + len(layered)) * PYTHON_FACTOR
         hit = _BUILT.put(key, (comp, new, noted.changed, noted.provenance, tuple(seen)), weight)
     _, new, changed, provenance, seen_before = hit
     acc.changed.update(changed)
@@ -362,19 +348,14 @@ def mirrors_key(mirrors: Mirrors) -> str:
     )
 
 
-def _weight(comp: Component, new: Component, layered: int, generated: int) -> int:
-    # A built component holds its layers and, when it differs from the
-    # generated one, (at most) a copy of its body: the generated body's
-    # ``generated`` bytes, plus what the layers add.
-    if new is comp:
-        return layered + 256
-    return (generated + layered) * PYTHON_FACTOR
-
-
 @cache  # one per generated stack
 def sizes(stack: Stack) -> dict[str, int]:
     """What each component's values or manifest weighs serialized, by key."""
-    return {c.key: len(json.dumps(c.values or c.manifest, separators=(",", ":"))) for c in stack.components}
+    return {c.key: _size(c) for c in stack.components}
+
+
+def _size(c: Component) -> int:
+    return len(json.dumps(c.values or c.manifest, separators=(",", ":")))
 
 
 @cache  # one per generated stack

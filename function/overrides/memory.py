@@ -20,7 +20,7 @@ mirrors stay in force. Only an explicit statement lets go of it:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -71,9 +71,10 @@ def _field(struct: struct_pb2.Struct, *path: str) -> struct_pb2.Value | None:
     return struct.fields.get(leaf)
 
 
-def _strings(value: struct_pb2.Value | None) -> Iterator[str]:
-    if value is not None and value.WhichOneof("kind") == "list_value":
-        yield from (v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value")
+def _items(struct: struct_pb2.Struct, *path: str) -> Sequence[struct_pb2.Value]:
+    """The items of the list at ``path``; none where it is missing or not a list."""
+    value = _field(struct, *path)
+    return value.list_value.values if value is not None and value.WhichOneof("kind") == "list_value" else ()
 
 
 def _remembered_document(entry: struct_pb2.Struct, index: int) -> Document:
@@ -143,15 +144,14 @@ def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Reme
 
 def _read_memory(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
     composite = req.observed.composite.resource
-    names = list(_strings(_field(composite, "status", "stack", "environmentConfigs")))
+    listed = _items(composite, "status", "stack", "environmentConfigs")
+    names = [v.string_value for v in listed if v.WhichOneof("kind") == "string_value"]
     documents: dict[str, Document] = {}
-    entries = _field(composite, "status", "stack", "documents")
-    if entries is not None and entries.WhichOneof("kind") == "list_value":
-        for i, entry in enumerate(entries.list_value.values):
-            if entry.WhichOneof("kind") != "struct_value":
-                raise InputError(f"ServingStack {MEMORY_FIELD}[{i}]: must be a map")
-            doc = _remembered_document(entry.struct_value, i)
-            documents[doc.name] = doc
+    for i, entry in enumerate(_items(composite, "status", "stack", "documents")):
+        if entry.WhichOneof("kind") != "struct_value":
+            raise InputError(f"ServingStack {MEMORY_FIELD}[{i}]: must be a map")
+        doc = _remembered_document(entry.struct_value, i)
+        documents[doc.name] = doc
     names += [n for n in documents if n not in names]
     return names, documents
 
@@ -176,7 +176,12 @@ def _read_additions(req: fnv1.RunFunctionRequest) -> tuple[tuple[RememberedAddit
             raise InputError(f"{at}: needs a name, a document, a state (Managed, Unmanaged, Removed) and a component")
         if not isinstance(body, dict):
             raise InputError(f"{at}.component: must be a map")
-        over = _addition(body, at)
+        try:
+            over = ComponentOverride.model_validate(body)
+        except ValidationError as err:
+            raise InputError(describe(err, at, "component")) from None
+        if over.chart is None and over.manifest is None:  # it must still describe an added component
+            raise InputError(f"{at}.component: an added component's entry gives a chart or a manifest")
         out.append(RememberedAddition(key, document, state, over, body))
     return tuple(out), content_digest(entries.SerializeToString(deterministic=True))
 
@@ -184,8 +189,7 @@ def _read_additions(req: fnv1.RunFunctionRequest) -> tuple[tuple[RememberedAddit
 def _none_added(req: fnv1.RunFunctionRequest) -> None:
     """With no memory of added components, status.stack.components must name none on the cluster: else the
     memory was pruned (an XRD that does not declare it), and rendering without it would delete them."""
-    listed = _field(req.observed.composite.resource, "status", "stack", "components")
-    for value in listed.list_value.values if listed is not None and listed.HasField("list_value") else ():
+    for value in _items(req.observed.composite.resource, "status", "stack", "components"):
         entry = value.struct_value.fields if value.HasField("struct_value") else {}
         name, source, state, rendered = (entry.get(f) for f in ("name", "source", "state", "rendered"))
         added = (
@@ -201,17 +205,6 @@ def _none_added(req: fnv1.RunFunctionRequest) -> None:
                 "does not record it (pruned by an XRD that does not declare it); refusing to render without it, "
                 f"which would uninstall it: declare {ADDED_FIELD} as example/xrd.yaml does"
             )
-
-
-def _addition(body: dict[str, Any], at: str) -> ComponentOverride:
-    """A remembered entry read as the document's was: it must still describe an added component."""
-    try:
-        over = ComponentOverride.model_validate(body)
-    except ValidationError as err:
-        raise InputError(describe(err, at, "component")) from None
-    if over.chart is None and over.manifest is None:
-        raise InputError(f"{at}.component: an added component's entry gives a chart or a manifest")
-    return over
 
 
 def retired_by_annotation(req: fnv1.RunFunctionRequest) -> set[str]:
