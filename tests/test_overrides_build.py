@@ -313,6 +313,16 @@ def test_shortcuts_write_into_the_patch_and_leave_the_documents_values_alone() -
                     assert get_path(p.component.values, path) == 5, (chosen.id, p.component.key, path)
 
 
+def test_a_manifest_with_a_pull_secret_path_of_any_kind_is_one_mirrors_touch() -> None:
+    # Built once for every registry setting, it would never get the pull secrets a document names.
+    chosen = stack.load(Cloud.EKS, Accelerator.NVIDIA)
+    untouched = next(c for c in chosen.components if c.key in _untouched_by_mirrors(chosen))
+    for kind in ("ref_list", "name_list", "name", "ref"):
+        with_path = dataclasses.replace(untouched, **{f"pull_secret_{kind}_paths": ("spec.pullSecrets",)})
+        components = tuple(with_path if c is untouched else c for c in chosen.components)
+        assert untouched.key not in _untouched_by_mirrors(dataclasses.replace(chosen, components=components)), kind
+
+
 def test_a_manifest_under_layers_is_rewritten_in_place_and_the_generated_one_left_alone() -> None:
     for chosen in stack.every():
         rewritten = [c for c in chosen.components if not c.is_release and c.key not in _untouched_by_mirrors(chosen)]

@@ -369,6 +369,6 @@ def _untouched_by_mirrors(stack: Stack) -> frozenset[str]:
         for c in stack.components
         if not c.is_release
         and not c.images
-        and not c.pull_secret_ref_list_paths
+        and not _pull_secret_paths(c)
         and not any(images.pod_containers(c.manifest))
     )
