@@ -359,7 +359,7 @@ class _Planner:
                 )
             acc.version = None  # back to the generated version, whatever an earlier document pinned
         else:
-            acc.version, acc.version_by = version, document
+            acc.version = version
         acc.touch(document, "chart.version")
 
     def _driver_components(self, mirrors: Mirrors) -> list[tuple[Component, str]]:

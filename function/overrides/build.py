@@ -37,7 +37,6 @@ class Acc:
     state: State = MANAGED
     state_by: str = ""
     version: str | None = None
-    version_by: str = ""
     changed: dict[str, None] = field(default_factory=dict)  # ordered set of document names
     provenance: dict[str, str] = field(default_factory=dict)
 
