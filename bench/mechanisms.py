@@ -110,11 +110,20 @@ def mechanisms() -> dict[str, _Switch]:
 
 
 async def _requests() -> tuple[fnv1.RunFunctionRequest, fnv1.RunFunctionRequest]:
-    """EKS + regulated-bank's final request without a status (a new cluster's) and with its last status."""
+    """EKS + regulated-bank's final request without a status (a new cluster's), and with its last status and
+    the references to its composed resources Crossplane keeps in ``spec.crossplane.resourceRefs``."""
     first = await _final_request(_xr("EKS", "NVIDIA"), _docs(BANK))
     steady = fnv1.RunFunctionRequest()
     steady.CopyFrom(first)
     await _with_last_status(steady)
+    rsp = await FunctionRunner().RunFunction(steady)
+    xr = steady.observed.composite.resource
+    name = xr["metadata"]["name"]
+    refs = [
+        {"apiVersion": r.resource["apiVersion"], "kind": r.resource["kind"], "name": f"{name}-{key}"}
+        for key, r in sorted(rsp.desired.resources.items())
+    ]
+    xr["spec"].get_or_create_struct("crossplane")["resourceRefs"] = refs
     return first, steady
 
 

@@ -27,7 +27,6 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from pydantic import ValidationError
 
-from function.cache import PYTHON_FACTOR, BoundedCache
 from function.errors import InputError, describe
 from function.inputs import observed_map, plain_value
 from function.model import ServingStack
@@ -99,8 +98,8 @@ def observed_stack(req: fnv1.RunFunctionRequest, serialized: bytes | None = None
     """The observed ``status.stack`` serialized deterministically; None where it is not a map.
 
     Taken from ``serialized`` (``req`` serialized deterministically) when the caller has it. Read once
-    per request: the memory is kept by it (:func:`last_reconcile`), and :func:`function.fn.run` compares
-    it with the ``status.stack`` a response writes.
+    per request: :func:`last_reconcile` reads a memory only where it is a map, and :func:`function.fn.run`
+    compares it with the ``status.stack`` a response writes.
     """
     if serialized is not None:
         return observed_map(serialized, "status", "stack")
@@ -113,15 +112,6 @@ def observed_stack(req: fnv1.RunFunctionRequest, serialized: bytes | None = None
 
 Remembered = tuple[tuple[str, ...], Mapping[str, Document], tuple[RememberedAddition, ...], bytes]
 
-# The memory read, by the status.stack that holds it: every reconcile of every
-# XR sends back the same status.stack its last response wrote, and reading it
-# (each entry serialized, digested and looked up) would be repeated on each.
-# Keyed by the whole serialized status.stack, so only the same content hits; a
-# memory that is refused raises and is never kept. Distinct in use at once: a
-# few per fleet (one per stack and set of documents), ~5 KB each with the
-# regulated bank's document.
-_MEMORIES: BoundedCache[bytes, Remembered] = BoundedCache("document memories")
-
 
 def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Remembered:
     """The documents applied at the last reconcile: their names in order, and the content remembered; the
@@ -131,15 +121,9 @@ def last_reconcile(req: fnv1.RunFunctionRequest, observed: bytes | None) -> Reme
     """
     if observed is None:
         return (), {}, (), b""
-    hit = _MEMORIES.get(observed)
-    if hit is not None:
-        return hit
     names, documents = _read_memory(req)
     additions, digest = _read_additions(req)
-    # The key, and the documents held (kept parsed and as written, as parsed_once weighs them).
-    return _MEMORIES.put(
-        observed, (tuple(names), documents, additions, digest), len(observed) * (1 + 2 * PYTHON_FACTOR)
-    )
+    return tuple(names), documents, additions, digest
 
 
 def _read_memory(req: fnv1.RunFunctionRequest) -> tuple[list[str], dict[str, Document]]:
