@@ -37,3 +37,20 @@ def test_floor_comparison_runs() -> None:
     assert "cold full rebuild (changed mirrors) / plan-cached render (new cluster):" in out
     assert "first plan after a restart (every component built; a fresh server each time, median of 2):" in out
     assert "the same servers' plan-cached renders right after it" in out
+
+
+def test_every_mechanism_is_timed_off_and_on_and_switched_back() -> None:
+    code = (
+        "from function import cache, encode; from bench import mechanisms; mechanisms.run(2); "
+        "assert all('get' not in vars(c) and 'put' not in vars(c) for c in cache.caches()), 'a cache left off'; "
+        "assert encode._lasting_part.__module__ == 'function.encode' and encode._KEPT_KEYS > 0, 'encode left off'; "
+        "print('names:', '|'.join(mechanisms.mechanisms()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    names = next(line for line in out.splitlines() if line.startswith("names: "))[len("names: ") :].split("|")
+    assert {"cache: plans", "lasting encodings (encode.Lasting)"} <= set(names)
+    for name in (*names, "cache: responses"):  # (the runner's memo goes with the runner)
+        row = next(line for line in out.splitlines() if line.strip().startswith(name))
+        assert row.count("x") >= 4, row  # off / on = ratio, for each of the four cases
