@@ -142,11 +142,7 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
 def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
     config = item.resource
     data = config.SerializeToString(deterministic=True)
-
-    def parse(digest: bytes) -> tuple[str, Document | None]:
-        return config_document(read_config(config), digest)
-
-    return parsed_once("EnvironmentConfig", data, parse)
+    return parsed_once("EnvironmentConfig", data, lambda digest: config_document(read_config(config), digest))
 
 
 def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
@@ -220,11 +216,12 @@ def _required_applies(source: _Source, xr: ServingStack, warnings: list[str]) ->
             )
         return
     reasons = [f"EnvironmentConfig {n} has no data.{DOCUMENT_KEY}" for n in source.without]
-    for d in source.documents:
-        if d.doc.retired:
-            reasons.append(f"{d.name} is retired (retired: true)")
-        else:
-            reasons.append(f"{d.name}'s match ({d.doc.match.describe()}) excludes it")
+    reasons += [
+        f"{d.name} is retired (retired: true)"
+        if d.doc.retired
+        else f"{d.name}'s match ({d.doc.match.describe()}) excludes it"
+        for d in source.documents
+    ]
     raise InputError(
         f"function Input: {source.what()} is Required, but no override document it selects applies to "
         f"{name_of(xr)}: {first_few(reasons)}; refusing to render without it (Crossplane keeps the last applied state)"
