@@ -116,13 +116,6 @@ def requirements(spec: InputSpec) -> list[Requirement]:
     return out
 
 
-def _near_miss(data: dict[str, Any], obj: str) -> None:
-    # data.servingstack or data.ServingStack would otherwise be a silent no-op.
-    for key in data:
-        if isinstance(key, str) and key != DOCUMENT_KEY and key.lower() == DOCUMENT_KEY.lower():
-            raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
-
-
 def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
     """An EnvironmentConfig's name and override document (None when it carries none)."""
     meta, data = raw.get("metadata"), raw.get("data")
@@ -130,7 +123,10 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
     obj = f"EnvironmentConfig {name}"
     if not isinstance(data, dict):
         return name, None
-    _near_miss(data, obj)
+    # data.servingstack or data.ServingStack would otherwise be a silent no-op.
+    for key in data:
+        if isinstance(key, str) and key != DOCUMENT_KEY and key.lower() == DOCUMENT_KEY.lower():
+            raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
     body = data.get(DOCUMENT_KEY)
     if body is None:
         return name, None

@@ -71,11 +71,6 @@ class _Prefixes:
         return ref in self.exact or ref.startswith(self.below)
 
 
-def _ordered(rules: Iterable[Rule]) -> tuple[Rule, ...]:
-    # Longest prefix first; the catch-all last.
-    return tuple(sorted(rules, key=lambda r: (r.source == CATCH_ALL, -len(r.source), r.source)))
-
-
 @dataclass(frozen=True)
 class Rules:
     """An ordered set of prefix rules of one kind (images or charts)."""
@@ -84,7 +79,8 @@ class Rules:
 
     @classmethod
     def of(cls, rules: Iterable[Rule]) -> Rules:
-        return cls(_ordered(rules))
+        # Longest prefix first; the catch-all last.
+        return cls(tuple(sorted(rules, key=lambda r: (r.source == CATCH_ALL, -len(r.source), r.source))))
 
     def __bool__(self) -> bool:
         return bool(self.rules)
