@@ -104,16 +104,14 @@ def parse_input_document(raw: dict[str, Any] | None) -> Input | None:
 
 def requirements(spec: InputSpec) -> list[Requirement]:
     """What to ask Crossplane for, in a fixed order with fixed names."""
-    out: list[Requirement] = []
     if spec.selectors is None:
-        out.append(Requirement(DEFAULT_REQUIREMENT, "Optional", match_labels={DEFAULT_LABEL: DEFAULT_LABEL_VALUE}))
+        out = [Requirement(DEFAULT_REQUIREMENT, "Optional", match_labels={DEFAULT_LABEL: DEFAULT_LABEL_VALUE})]
     else:
-        out += [
+        out = [
             Requirement(SELECTOR_REQUIREMENT.format(i), s.policy, match_labels=dict(s.matchLabels))
             for i, s in enumerate(spec.selectors)
         ]
-    out += [Requirement(NAME_REQUIREMENT.format(n.name), n.policy, match_name=n.name) for n in spec.names]
-    return out
+    return out + [Requirement(NAME_REQUIREMENT.format(n.name), n.policy, match_name=n.name) for n in spec.names]
 
 
 def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
