@@ -133,8 +133,7 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
     return name, Document(name, where, doc, digest, body)
 
 
-def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
-    config = item.resource
+def _parse_config(config: struct_pb2.Struct) -> tuple[str, Document | None]:
     data = config.SerializeToString(deterministic=True)
     return parsed_once("EnvironmentConfig", data, lambda digest: config_document(read_config(config), digest))
 
@@ -164,9 +163,9 @@ def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
 
 def parse_environment_config(obj: Mapping[str, Any]) -> Document | None:
     """The override document of one EnvironmentConfig (None without one); InputError when it is bad."""
-    item = fnv1.Resource()
-    item.resource.update(dict(obj))
-    return _parse_config(item)[1]
+    config = struct_pb2.Struct()
+    config.update(dict(obj))
+    return _parse_config(config)[1]
 
 
 def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
@@ -313,7 +312,7 @@ def collect(
             raise InputError(required_missing(r))
         source = _Source(r)
         for item in items:
-            name, found = _parse_config(item)
+            name, found = _parse_config(item.resource)
             if found is not None:
                 source.documents.append(found)
                 documents[found.name] = found
