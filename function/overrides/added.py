@@ -20,6 +20,7 @@ from typing import Any
 
 from function import stack as stack_module
 from function.errors import InputError
+from function.paths import get_path
 from function.stack import ChartRef, Component, ImageRef
 from function.values import drop_nulls
 
@@ -85,8 +86,7 @@ def definitions(documents: Sequence[Document], remembered: Iterable[RememberedAd
             if key in found or not defines(key, over):
                 continue
             at = f"{d.where}.components.{key}"
-            entry = d.body.get("components", {}).get(key, {}) if isinstance(d.body, dict) else {}
-            found[key] = Definition(key, d.name, at, over, entry)
+            found[key] = Definition(key, d.name, at, over, d.body.get("components", {}).get(key, {}))
     for r in remembered:
         if r.key not in found:
             where = f"{ADDED_FIELD} ({r.key}, added by {r.document})"
@@ -139,9 +139,7 @@ def component(defn: Definition) -> Component:
         )
     manifest = drop_nulls(over.manifest or {})
     for path in _MANIFEST_NEEDS:
-        node: Any = manifest
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
+        node = get_path(manifest, path)
         if not (isinstance(node, str) and node):
             raise InputError(
                 f"{at}.manifest.{path}: an added raw manifest is a whole object: it needs apiVersion, kind "

@@ -104,23 +104,14 @@ def parse_input_document(raw: dict[str, Any] | None) -> Input | None:
 
 def requirements(spec: InputSpec) -> list[Requirement]:
     """What to ask Crossplane for, in a fixed order with fixed names."""
-    out: list[Requirement] = []
     if spec.selectors is None:
-        out.append(Requirement(DEFAULT_REQUIREMENT, "Optional", match_labels={DEFAULT_LABEL: DEFAULT_LABEL_VALUE}))
+        out = [Requirement(DEFAULT_REQUIREMENT, "Optional", match_labels={DEFAULT_LABEL: DEFAULT_LABEL_VALUE})]
     else:
-        out += [
+        out = [
             Requirement(SELECTOR_REQUIREMENT.format(i), s.policy, match_labels=dict(s.matchLabels))
             for i, s in enumerate(spec.selectors)
         ]
-    out += [Requirement(NAME_REQUIREMENT.format(n.name), n.policy, match_name=n.name) for n in spec.names]
-    return out
-
-
-def _near_miss(data: dict[str, Any], obj: str) -> None:
-    # data.servingstack or data.ServingStack would otherwise be a silent no-op.
-    for key in data:
-        if isinstance(key, str) and key != DOCUMENT_KEY and key.lower() == DOCUMENT_KEY.lower():
-            raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
+    return out + [Requirement(NAME_REQUIREMENT.format(n.name), n.policy, match_name=n.name) for n in spec.names]
 
 
 def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document | None]:
@@ -130,7 +121,10 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
     obj = f"EnvironmentConfig {name}"
     if not isinstance(data, dict):
         return name, None
-    _near_miss(data, obj)
+    # data.servingstack or data.ServingStack would otherwise be a silent no-op.
+    for key in data:
+        if isinstance(key, str) and key != DOCUMENT_KEY and key.lower() == DOCUMENT_KEY.lower():
+            raise InputError(f"{obj}: data.{key}: the override document goes under data.{DOCUMENT_KEY} (case matters)")
     body = data.get(DOCUMENT_KEY)
     if body is None:
         return name, None
@@ -139,14 +133,9 @@ def config_document(raw: dict[str, Any], digest: bytes) -> tuple[str, Document |
     return name, Document(name, where, doc, digest, body)
 
 
-def _parse_config(item: fnv1.Resource) -> tuple[str, Document | None]:
-    config = item.resource
+def _parse_config(config: struct_pb2.Struct) -> tuple[str, Document | None]:
     data = config.SerializeToString(deterministic=True)
-
-    def parse(digest: bytes) -> tuple[str, Document | None]:
-        return config_document(read_config(config), digest)
-
-    return parsed_once("EnvironmentConfig", data, parse)
+    return parsed_once("EnvironmentConfig", data, lambda digest: config_document(read_config(config), digest))
 
 
 def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
@@ -174,9 +163,9 @@ def read_config(config: struct_pb2.Struct) -> dict[str, Any]:
 
 def parse_environment_config(obj: Mapping[str, Any]) -> Document | None:
     """The override document of one EnvironmentConfig (None without one); InputError when it is bad."""
-    item = fnv1.Resource()
-    item.resource.update(dict(obj))
-    return _parse_config(item)[1]
+    config = struct_pb2.Struct()
+    config.update(dict(obj))
+    return _parse_config(config)[1]
 
 
 def _context_document(req: fnv1.RunFunctionRequest) -> Document | None:
@@ -220,11 +209,12 @@ def _required_applies(source: _Source, xr: ServingStack, warnings: list[str]) ->
             )
         return
     reasons = [f"EnvironmentConfig {n} has no data.{DOCUMENT_KEY}" for n in source.without]
-    for d in source.documents:
-        if d.doc.retired:
-            reasons.append(f"{d.name} is retired (retired: true)")
-        else:
-            reasons.append(f"{d.name}'s match ({d.doc.match.describe()}) excludes it")
+    reasons += [
+        f"{d.name} is retired (retired: true)"
+        if d.doc.retired
+        else f"{d.name}'s match ({d.doc.match.describe()}) excludes it"
+        for d in source.documents
+    ]
     raise InputError(
         f"function Input: {source.what()} is Required, but no override document it selects applies to "
         f"{name_of(xr)}: {first_few(reasons)}; refusing to render without it (Crossplane keeps the last applied state)"
@@ -322,7 +312,7 @@ def collect(
             raise InputError(required_missing(r))
         source = _Source(r)
         for item in items:
-            name, found = _parse_config(item)
+            name, found = _parse_config(item.resource)
             if found is not None:
                 source.documents.append(found)
                 documents[found.name] = found

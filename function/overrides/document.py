@@ -96,7 +96,9 @@ class ImageRule(StrictModel):
         return self
 
 
-CHART_SCHEMES = ("https://", "oci://")
+def _chart_repository(name: str, value: str) -> None:
+    if not value.startswith(("https://", "oci://")) or not value.split("://", 1)[1].strip("/"):
+        raise ValueError(f"{name}: {value!r}: a chart repository is an https:// or oci:// URL")
 
 
 class ChartRule(StrictModel):
@@ -110,8 +112,7 @@ class ChartRule(StrictModel):
         for name, value in (("from", self.source), ("to", self.to)):
             if name == "from" and value == "*":
                 continue
-            if not value.startswith(CHART_SCHEMES) or len(value.split("://", 1)[1].strip("/")) == 0:
-                raise ValueError(f"{name}: {value!r}: a chart repository is an https:// or oci:// URL")
+            _chart_repository(name, value)
         return self
 
 
@@ -183,8 +184,7 @@ class AddedChart(StrictModel):
 
     @model_validator(mode="after")
     def _scheme(self) -> AddedChart:
-        if not self.repository.startswith(CHART_SCHEMES) or not self.repository.split("://", 1)[1].strip("/"):
-            raise ValueError(f"repository: {self.repository!r}: a chart repository is an https:// or oci:// URL")
+        _chart_repository("repository", self.repository)
         return self
 
 
@@ -371,7 +371,7 @@ class Collected:
     """The override documents that apply to one XR, in application order, and what to tell the user."""
 
     applied: tuple[str, ...] = ()
-    documents: tuple[Document, ...] = field(default_factory=tuple)
+    documents: tuple[Document, ...] = ()
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # Normal results
     unmatched: tuple[str, ...] = ()  # delivered, but their match excludes the XR

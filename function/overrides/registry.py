@@ -71,11 +71,6 @@ class _Prefixes:
         return ref in self.exact or ref.startswith(self.below)
 
 
-def _ordered(rules: Iterable[Rule]) -> tuple[Rule, ...]:
-    # Longest prefix first; the catch-all last.
-    return tuple(sorted(rules, key=lambda r: (r.source == CATCH_ALL, -len(r.source), r.source)))
-
-
 @dataclass(frozen=True)
 class Rules:
     """An ordered set of prefix rules of one kind (images or charts)."""
@@ -84,7 +79,8 @@ class Rules:
 
     @classmethod
     def of(cls, rules: Iterable[Rule]) -> Rules:
-        return cls(_ordered(rules))
+        # Longest prefix first; the catch-all last.
+        return cls(tuple(sorted(rules, key=lambda r: (r.source == CATCH_ALL, -len(r.source), r.source))))
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -144,7 +140,8 @@ def rewrite_image_name(rules: Rules, name: str) -> Rewrite | None:
 
 def host_end(name: str) -> int:
     """Where the host of an image name ends: what a catch-all rule replaces (see Rules.rewrite)."""
-    return _end(name.find("/"), name)
+    slash = name.find("/")
+    return len(name) if slash < 0 else slash
 
 
 def chart_repository(repository: str) -> tuple[str, int]:
@@ -152,12 +149,7 @@ def chart_repository(repository: str) -> tuple[str, int]:
     its scheme and host (all of a reference without a scheme)."""
     repository = repository.rstrip("/")
     scheme = repository.find("://")
-    return repository, len(repository) if scheme < 0 else _end(repository.find("/", scheme + 3), repository)
-
-
-def _end(slash: int, ref: str) -> int:
-    """Where the host a catch-all replaces ends: the first path slash, or the end of ``ref`` without one."""
-    return len(ref) if slash < 0 else slash
+    return repository, len(repository) if scheme < 0 else scheme + 3 + host_end(repository[scheme + 3 :])
 
 
 def bare(ref: str) -> str:
