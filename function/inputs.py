@@ -33,6 +33,7 @@ The limits, and what happens above them:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -198,6 +199,11 @@ def ready(observed: fnv1.Resource) -> bool:
     return condition(observed.resource, "Ready")[0] == "True"
 
 
+# How the request's objects are named in messages: its observed XR, and the fields held whole (by number).
+_OBSERVED_XR = "the ServingStack (observed composite resource)"
+_WHOLE = {4: "the function Input", 5: "the pipeline context"}
+
+
 def _check_size(size: int, obj: str, limit: int = MAX_OBJECT_BYTES) -> None:
     if size > limit:
         raise InputError(f"{obj}: {size} bytes, above the limit of {limit} bytes the function accepts")
@@ -219,11 +225,9 @@ def check_request(req: fnv1.RunFunctionRequest, serialized: bytes | None = None)
             resource = next(_payloads(data, start, end, 1), None)
             xr = next(_payloads(data, *resource, 1), None) if resource is not None else None
             if xr is not None:
-                _check_size(xr[1] - xr[0], "the ServingStack (observed composite resource)")
-        elif number == 4:
-            _check_size(end - start, "the function Input")
-        elif number == 5:
-            _check_size(end - start, "the pipeline context")
+                _check_size(xr[1] - xr[0], _OBSERVED_XR)
+        elif number in _WHOLE:
+            _check_size(end - start, _WHOLE[number])
         elif number == 8:  # required_resources: a map entry of a name (1) and Resources (2) of items (1)
             name = next((data[k[0] : k[1]] for k in _payloads(data, start, end, 1)), b"").decode("utf-8", "replace")
             for value in _payloads(data, start, end, 2):
@@ -301,25 +305,16 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def _entry(data: bytes) -> tuple[str, bytes]:
-    """A map entry's string key and its value's payload."""
-    key, value = "", b""
-    for number, payload in _fields(data):
-        if number == 1:
-            key = payload.decode("utf-8", "replace")
-        elif number == 2:
-            value = payload
-    return key, value
+    """A map entry's string key (1) and its value's payload (2); the last of each, as protobuf reads them."""
+    fields = dict(_fields(data))
+    return fields.get(1, b"").decode("utf-8", "replace"), fields.get(2, b"")
 
 
 def _deepest_struct(data: bytes, path: str, depth: int) -> str | None:
     """The path where a serialized Struct first nests deeper than MAX_DEPTH, if it does."""
-    for number, payload in _fields(data):
-        if number == 1:
-            key, value = _entry(payload)
-            found = _deepest_value(value, _path(path, key), depth)
-            if found is not None:
-                return found
-    return None
+    entries = (_entry(payload) for number, payload in _fields(data) if number == 1)
+    found = (_deepest_value(value, _path(path, key), depth) for key, value in entries)
+    return next((f for f in found if f is not None), None)
 
 
 def _deepest_value(data: bytes, path: str, depth: int) -> str | None:
@@ -355,13 +350,11 @@ def _objects(data: bytes) -> Iterator[tuple[str, bytes]]:
     """Each object a serialized request carries, named, as its serialized Struct."""
     for number, payload in _fields(data):
         if number == 2:
-            yield from _state(payload, "observed", "the ServingStack (observed composite resource)")
+            yield from _state(payload, "observed", _OBSERVED_XR)
         elif number == 3:
             yield from _state(payload, "desired", "the desired composite resource")
-        elif number == 4:
-            yield "the function Input", payload
-        elif number == 5:
-            yield "the pipeline context", payload
+        elif number in _WHOLE:
+            yield _WHOLE[number], payload
         elif number in (6, 8):  # extra_resources (deprecated), required_resources
             key, value = _entry(payload)
             for i, (_, item) in enumerate(_fields(value)):
@@ -370,13 +363,11 @@ def _objects(data: bytes) -> Iterator[tuple[str, bytes]]:
 
 def undecodable(data: bytes, err: Exception) -> str:
     """Why the protobuf decoder refused a request, naming the object and field where it can."""
-    try:
+    with contextlib.suppress(DecodeError, RecursionError):
         for obj, struct in _objects(data):
             found = _deepest_struct(struct, "", 1)
             if found is not None:
-                return f"{obj}: {excerpt(found)}: nested deeper than {MAX_DEPTH} levels of maps and lists"
-    except (DecodeError, RecursionError):
-        pass
+                return f"{obj}: {excerpt(found)}: {_TOO_DEEP}"
     return f"the RunFunctionRequest: not a valid protobuf message ({excerpt(str(err))})"
 
 
@@ -394,12 +385,10 @@ def decode_request(data: bytes) -> fnv1.RunFunctionRequest | Refused:
         decoded: fnv1.RunFunctionRequest = fnv1.RunFunctionRequest.FromString(data)
     except DecodeError as err:
         req = fnv1.RunFunctionRequest()
-        try:
+        with contextlib.suppress(DecodeError):
             for number, payload in _fields(data):
                 if number == 1:
                     req.meta.MergeFromString(payload)
-        except DecodeError:
-            pass
         return Refused(req, undecodable(data, err))
     return decoded
 
