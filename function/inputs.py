@@ -9,26 +9,9 @@ refuses a request beyond the size limits before any work is done.
 protobuf decoder refuses (nesting beyond its recursion limit) becomes a
 readable Fatal naming the object and the field instead of a gRPC error.
 
-
-The limits, and what happens above them:
-
-* ``MAX_REQUEST_BYTES`` (32 MiB) per request: above it, a Fatal. The server
-  accepts messages up to ``GRPC_MAX_RECEIVE_BYTES`` (64 MiB, the default of
-  ``--max-recv-message-size``; the send limit follows it, as in the SDK) so
-  that such a request reaches the function and gets the Fatal; above that,
-  gRPC itself answers RESOURCE_EXHAUSTED and Crossplane reports that error on
-  the XR.
-* ``MAX_OBJECT_BYTES`` (3 MiB) per object read: twice etcd's default request
-  limit (1.5 MiB), so no object a cluster can store is refused.
-* ``MAX_DEPTH`` (32) levels of maps and lists in any object: the Python
-  protobuf decoder (upb) stops at 100 nested messages, about 32 levels of a
-  resource inside a request, so deeper objects could not arrive whole anyway.
-* ``MAX_RESPONSE_BYTES`` (4 MiB): Crossplane dials functions with grpc-go's
-  default call options (internal/xfn/function_runner.go), whose receive limit
-  is 4 MiB; a larger response would be an error on Crossplane's side, so the
-  function answers with a Fatal instead.
-* Every Fatal message is at most ``MAX_MESSAGE_CHARS`` characters; values are
-  quoted as excerpts of at most ``EXCERPT_CHARS``.
+The limits (the README's "Limits") are below, each with why it is what it is.
+Every Fatal message is at most ``MAX_MESSAGE_CHARS`` characters; values are
+quoted as excerpts of at most ``EXCERPT_CHARS``.
 """
 
 from __future__ import annotations
@@ -47,12 +30,19 @@ from function.cache import MIB
 from function.encode import varint
 from function.errors import InputError, excerpt
 
-# Why each value: see the module docstring.
+# Above MAX_REQUEST_BYTES, a Fatal. The server accepts messages up to GRPC_MAX_RECEIVE_BYTES (the
+# default of --max-recv-message-size; the send limit follows it, as in the SDK) so that such a request
+# reaches the function and gets the Fatal; above that, gRPC itself answers RESOURCE_EXHAUSTED and
+# Crossplane reports that error on the XR.
 MAX_REQUEST_BYTES = 32 * MIB  # ~20 objects at etcd's limit, far above any real reconcile
-GRPC_MAX_RECEIVE_BYTES = 64 * MIB  # above MAX_REQUEST_BYTES, so the Fatal is reachable
-MAX_OBJECT_BYTES = 3 * MIB  # twice etcd's default 1.5 MiB request limit
-MAX_RESPONSE_BYTES = 4 * MIB  # grpc-go's default receive limit, which Crossplane's client keeps
-MAX_DEPTH = 32  # the upb decoder's 100 nested messages, in levels of a resource inside a request
+GRPC_MAX_RECEIVE_BYTES = 64 * MIB
+MAX_OBJECT_BYTES = 3 * MIB  # twice etcd's default 1.5 MiB request limit: no object a cluster can store is refused
+# Crossplane dials functions with grpc-go's default call options (internal/xfn/function_runner.go), whose
+# receive limit is 4 MiB: a larger response would be an error on Crossplane's side, so it gets a Fatal.
+MAX_RESPONSE_BYTES = 4 * MIB
+# The Python protobuf decoder (upb) stops at 100 nested messages, about 32 levels of maps and lists of a
+# resource inside a request, so deeper objects could not arrive whole anyway.
+MAX_DEPTH = 32
 
 
 def _path(path: str, key: str) -> str:
