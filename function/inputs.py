@@ -295,7 +295,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def _entry(data: bytes) -> tuple[str, bytes]:
-    """A map entry's string key (1) and its value's payload (2); the last of each, as protobuf reads them."""
+    """A map entry's string key (1) and its value's payload (2), the last of each."""
     fields = dict(_fields(data))
     return fields.get(1, b"").decode("utf-8", "replace"), fields.get(2, b"")
 
