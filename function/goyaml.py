@@ -77,10 +77,8 @@ def _go_int(text: str) -> bool:
     if m is None:
         return False
     digits = m.group(2)
-    if digits[:2] in ("0x", "0X", "0o", "0O", "0b", "0B"):
-        value = int(digits[2:], {"x": 16, "o": 8, "b": 2}[digits[1].lower()])
-    else:
-        value = int(digits, 8) if digits.startswith("0") else int(digits)
+    # Go reads a leading 0 as octal; Python's base 0 reads the rest (0x, 0o, 0b, a lone 0, decimal).
+    value = int(digits, 8 if digits[:1] == "0" and digits[1:2].isdigit() else 0)
     if m.group(1) == "-":
         return value <= _INT64
     return value < (1 << 64) if not m.group(1) else value < _INT64

@@ -9,30 +9,14 @@ refuses a request beyond the size limits before any work is done.
 protobuf decoder refuses (nesting beyond its recursion limit) becomes a
 readable Fatal naming the object and the field instead of a gRPC error.
 
-
-The limits, and what happens above them:
-
-* ``MAX_REQUEST_BYTES`` (32 MiB) per request: above it, a Fatal. The server
-  accepts messages up to ``GRPC_MAX_RECEIVE_BYTES`` (64 MiB, the default of
-  ``--max-recv-message-size``; the send limit follows it, as in the SDK) so
-  that such a request reaches the function and gets the Fatal; above that,
-  gRPC itself answers RESOURCE_EXHAUSTED and Crossplane reports that error on
-  the XR.
-* ``MAX_OBJECT_BYTES`` (3 MiB) per object read: twice etcd's default request
-  limit (1.5 MiB), so no object a cluster can store is refused.
-* ``MAX_DEPTH`` (32) levels of maps and lists in any object: the Python
-  protobuf decoder (upb) stops at 100 nested messages, about 32 levels of a
-  resource inside a request, so deeper objects could not arrive whole anyway.
-* ``MAX_RESPONSE_BYTES`` (4 MiB): Crossplane dials functions with grpc-go's
-  default call options (internal/xfn/function_runner.go), whose receive limit
-  is 4 MiB; a larger response would be an error on Crossplane's side, so the
-  function answers with a Fatal instead.
-* Every Fatal message is at most ``MAX_MESSAGE_CHARS`` characters; values are
-  quoted as excerpts of at most ``EXCERPT_CHARS``.
+The limits (the README's "Limits") are below, each with why it is what it is.
+Every Fatal message is at most ``MAX_MESSAGE_CHARS`` characters; values are
+quoted as excerpts of at most ``EXCERPT_CHARS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -46,12 +30,19 @@ from function.cache import MIB
 from function.encode import varint
 from function.errors import InputError, excerpt
 
-# Why each value: see the module docstring.
+# Above MAX_REQUEST_BYTES, a Fatal. The server accepts messages up to GRPC_MAX_RECEIVE_BYTES (the
+# default of --max-recv-message-size; the send limit follows it, as in the SDK) so that such a request
+# reaches the function and gets the Fatal; above that, gRPC itself answers RESOURCE_EXHAUSTED and
+# Crossplane reports that error on the XR.
 MAX_REQUEST_BYTES = 32 * MIB  # ~20 objects at etcd's limit, far above any real reconcile
-GRPC_MAX_RECEIVE_BYTES = 64 * MIB  # above MAX_REQUEST_BYTES, so the Fatal is reachable
-MAX_OBJECT_BYTES = 3 * MIB  # twice etcd's default 1.5 MiB request limit
-MAX_RESPONSE_BYTES = 4 * MIB  # grpc-go's default receive limit, which Crossplane's client keeps
-MAX_DEPTH = 32  # the upb decoder's 100 nested messages, in levels of a resource inside a request
+GRPC_MAX_RECEIVE_BYTES = 64 * MIB
+MAX_OBJECT_BYTES = 3 * MIB  # twice etcd's default 1.5 MiB request limit: no object a cluster can store is refused
+# Crossplane dials functions with grpc-go's default call options (internal/xfn/function_runner.go), whose
+# receive limit is 4 MiB: a larger response would be an error on Crossplane's side, so it gets a Fatal.
+MAX_RESPONSE_BYTES = 4 * MIB
+# The Python protobuf decoder (upb) stops at 100 nested messages, about 32 levels of maps and lists of a
+# resource inside a request, so deeper objects could not arrive whole anyway.
+MAX_DEPTH = 32
 
 
 def _path(path: str, key: str) -> str:
@@ -198,6 +189,11 @@ def ready(observed: fnv1.Resource) -> bool:
     return condition(observed.resource, "Ready")[0] == "True"
 
 
+# How the request's objects are named in messages: its observed XR, and the fields held whole (by number).
+_OBSERVED_XR = "the ServingStack (observed composite resource)"
+_WHOLE = {4: "the function Input", 5: "the pipeline context"}
+
+
 def _check_size(size: int, obj: str, limit: int = MAX_OBJECT_BYTES) -> None:
     if size > limit:
         raise InputError(f"{obj}: {size} bytes, above the limit of {limit} bytes the function accepts")
@@ -219,11 +215,9 @@ def check_request(req: fnv1.RunFunctionRequest, serialized: bytes | None = None)
             resource = next(_payloads(data, start, end, 1), None)
             xr = next(_payloads(data, *resource, 1), None) if resource is not None else None
             if xr is not None:
-                _check_size(xr[1] - xr[0], "the ServingStack (observed composite resource)")
-        elif number == 4:
-            _check_size(end - start, "the function Input")
-        elif number == 5:
-            _check_size(end - start, "the pipeline context")
+                _check_size(xr[1] - xr[0], _OBSERVED_XR)
+        elif number in _WHOLE:
+            _check_size(end - start, _WHOLE[number])
         elif number == 8:  # required_resources: a map entry of a name (1) and Resources (2) of items (1)
             name = next((data[k[0] : k[1]] for k in _payloads(data, start, end, 1)), b"").decode("utf-8", "replace")
             for value in _payloads(data, start, end, 2):
@@ -301,25 +295,16 @@ def _fields(data: bytes) -> Iterator[tuple[int, bytes]]:
 
 
 def _entry(data: bytes) -> tuple[str, bytes]:
-    """A map entry's string key and its value's payload."""
-    key, value = "", b""
-    for number, payload in _fields(data):
-        if number == 1:
-            key = payload.decode("utf-8", "replace")
-        elif number == 2:
-            value = payload
-    return key, value
+    """A map entry's string key (1) and its value's payload (2), the last of each."""
+    fields = dict(_fields(data))
+    return fields.get(1, b"").decode("utf-8", "replace"), fields.get(2, b"")
 
 
 def _deepest_struct(data: bytes, path: str, depth: int) -> str | None:
     """The path where a serialized Struct first nests deeper than MAX_DEPTH, if it does."""
-    for number, payload in _fields(data):
-        if number == 1:
-            key, value = _entry(payload)
-            found = _deepest_value(value, _path(path, key), depth)
-            if found is not None:
-                return found
-    return None
+    entries = (_entry(payload) for number, payload in _fields(data) if number == 1)
+    found = (_deepest_value(value, _path(path, key), depth) for key, value in entries)
+    return next((f for f in found if f is not None), None)
 
 
 def _deepest_value(data: bytes, path: str, depth: int) -> str | None:
@@ -355,13 +340,11 @@ def _objects(data: bytes) -> Iterator[tuple[str, bytes]]:
     """Each object a serialized request carries, named, as its serialized Struct."""
     for number, payload in _fields(data):
         if number == 2:
-            yield from _state(payload, "observed", "the ServingStack (observed composite resource)")
+            yield from _state(payload, "observed", _OBSERVED_XR)
         elif number == 3:
             yield from _state(payload, "desired", "the desired composite resource")
-        elif number == 4:
-            yield "the function Input", payload
-        elif number == 5:
-            yield "the pipeline context", payload
+        elif number in _WHOLE:
+            yield _WHOLE[number], payload
         elif number in (6, 8):  # extra_resources (deprecated), required_resources
             key, value = _entry(payload)
             for i, (_, item) in enumerate(_fields(value)):
@@ -370,13 +353,11 @@ def _objects(data: bytes) -> Iterator[tuple[str, bytes]]:
 
 def undecodable(data: bytes, err: Exception) -> str:
     """Why the protobuf decoder refused a request, naming the object and field where it can."""
-    try:
+    with contextlib.suppress(DecodeError, RecursionError):
         for obj, struct in _objects(data):
             found = _deepest_struct(struct, "", 1)
             if found is not None:
-                return f"{obj}: {excerpt(found)}: nested deeper than {MAX_DEPTH} levels of maps and lists"
-    except (DecodeError, RecursionError):
-        pass
+                return f"{obj}: {excerpt(found)}: {_TOO_DEEP}"
     return f"the RunFunctionRequest: not a valid protobuf message ({excerpt(str(err))})"
 
 
@@ -394,12 +375,10 @@ def decode_request(data: bytes) -> fnv1.RunFunctionRequest | Refused:
         decoded: fnv1.RunFunctionRequest = fnv1.RunFunctionRequest.FromString(data)
     except DecodeError as err:
         req = fnv1.RunFunctionRequest()
-        try:
+        with contextlib.suppress(DecodeError):
             for number, payload in _fields(data):
                 if number == 1:
                     req.meta.MergeFromString(payload)
-        except DecodeError:
-            pass
         return Refused(req, undecodable(data, err))
     return decoded
 

@@ -169,10 +169,7 @@ def fetch_resources(selector: fnv1.ResourceSelector, supplied: Sequence[Mapping[
     elif match == "match_labels":
         want = dict(selector.match_labels.labels)
         candidates = [o for o in candidates if all(meta_labels(o).get(k) == v for k, v in want.items())]
-    out = fnv1.Resources()
-    for obj in candidates:
-        out.items.add().resource.CopyFrom(to_struct(to_jsonable(obj)))
-    return out
+    return fnv1.Resources(items=[fnv1.Resource(resource=to_struct(to_jsonable(obj))) for obj in candidates])
 
 
 def _selector_from_spec(item: Mapping[str, Any]) -> fnv1.ResourceSelector:

@@ -231,11 +231,9 @@ class Stack:
     @property
     def driver_root(self) -> str:
         """Where the stack's DRA driver finds the NVIDIA driver on its nodes."""
-        for component in self.components:
-            if component.key == DRA_DRIVER:
-                root = component.values.get(DRIVER_ROOT_VALUE, DEFAULT_DRIVER_ROOT)
-                return root if isinstance(root, str) else DEFAULT_DRIVER_ROOT
-        return DEFAULT_DRIVER_ROOT
+        dra = next((c for c in self.components if c.key == DRA_DRIVER), None)
+        root = dra.values.get(DRIVER_ROOT_VALUE) if dra is not None else None
+        return root if isinstance(root, str) else DEFAULT_DRIVER_ROOT
 
 
 class StackDataError(Exception):
@@ -272,9 +270,7 @@ def module_name(cloud: str, accelerator: str, kind: str = StackKind.STANDARD) ->
 @cache
 def available() -> tuple[tuple[str, str, str], ...]:
     """Every (cloud, accelerator, stack kind) that has a generated stack."""
-    index = importlib.import_module("function.generated")
-    triples: tuple[tuple[str, str, str], ...] = tuple(index.STACKS)
-    return triples
+    return tuple(importlib.import_module("function.generated").STACKS)
 
 
 def versions() -> dict[str, str]:
@@ -336,7 +332,7 @@ def refuse_switch(chosen: Stack, observed: Collection[str], name: str) -> None:
         other = load(Cloud(chosen.cloud), Accelerator(chosen.accelerator), kind)
         if other is None or other is chosen:
             continue
-        theirs = sorted(k for k in (c.key for c in other.components) if k not in own and k in observed)
+        theirs = sorted(c.key for c in other.components if c.key not in own and c.key in observed)
         if theirs:
             raise InputError(
                 f"{name}: spec.stack: {chosen.kind}, but the cluster runs the {kind.value} stack ({', '.join(theirs)} "
@@ -345,16 +341,13 @@ def refuse_switch(chosen: Stack, observed: Collection[str], name: str) -> None:
             )
 
 
-_KIND_ORDER = [k.value for k in StackKind]  # Standard first
-
-
 def existing() -> str:
     """The generated stacks' cloud/accelerator pairs, with kinds beyond Standard, for a message refusing another."""
     kinds: dict[str, list[str]] = {}
     for c, a, k in available():
         kinds.setdefault(f"{c}/{a}", []).append(k)
-    return ", ".join(
-        pair + ("" if ks == [StackKind.STANDARD] else f" ({', '.join(sorted(ks, key=_KIND_ORDER.index))})")
+    return ", ".join(  # the kinds in StackKind's order: Standard first
+        pair + ("" if ks == [StackKind.STANDARD] else f" ({', '.join(k for k in StackKind if k in ks)})")
         for pair, ks in kinds.items()
     )
 

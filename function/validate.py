@@ -95,14 +95,11 @@ def _selected(configs: Sequence[Mapping[str, Any]], spec: InputSpec) -> tuple[li
         unselected = raw.get("kind") == ENVIRONMENT_CONFIG_KIND and name not in delivered
         keys = [k for k in data if str(k).lower() == DOCUMENT_KEY.lower()] if isinstance(data, dict) else []
         if unselected and keys:
-            findings.append(
-                Finding(
-                    "",
-                    "warning",
-                    f"EnvironmentConfig {name} carries data.{keys[0]}, but the function does not select it "
-                    f"(no label {DEFAULT_LABEL}={DEFAULT_LABEL_VALUE}, nor selected or named by the function Input)",
-                )
+            unread = (
+                f"EnvironmentConfig {name} carries data.{keys[0]}, but the function does not select it "
+                f"(no label {DEFAULT_LABEL}={DEFAULT_LABEL_VALUE}, nor selected or named by the function Input)"
             )
+            findings.append(Finding("", "warning", unread))
     return sorted(documents.values(), key=lambda d: (d.doc.priority, d.name)), findings
 
 
