@@ -70,6 +70,9 @@ _TIMESTAMP = re.compile(
     r"|(?: (\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.\d+)?))?$"
 )
 _INT64 = 1 << 63
+_BINARY = re.compile(r"^(-?)0b([+-]?)([01]+)$")
+# Decimal digits Python reads at most (sys.int_info.default_max_str_digits); 64 bits take 20.
+_UINT64_DIGITS = 20
 
 
 def _go_int(text: str) -> bool:
@@ -77,6 +80,8 @@ def _go_int(text: str) -> bool:
     if m is None:
         return False
     digits = m.group(2)
+    if digits[:1] != "0" and len(digits) > _UINT64_DIGITS:  # decimal, past 64 bits (and past what int() reads)
+        return False
     # Go reads a leading 0 as octal; Python's base 0 reads the rest (0x, 0o, 0b, a lone 0, decimal).
     value = int(digits, 8 if digits[:1] == "0" and digits[1:2].isdigit() else 0)
     if m.group(1) == "-":
@@ -106,16 +111,37 @@ def go_tag(text: str) -> str:
     if text in _WORDS:
         return _WORDS[text]
     if hint == ".":
-        return FLOAT if _DOT_FLOAT.match(text) else STR
+        return FLOAT if _DOT_FLOAT.match(text) and _go_float(text) else STR
     if hint in ("D", "S"):
         if _timestamp(text):
             return TIMESTAMP
         plain = text.replace("_", "")
-        if _go_int(plain) or (plain.startswith(("0b", "-0b")) and re.fullmatch(r"-?0b[01]+", plain)):
+        if _go_int(plain):
             return INT
-        if _YAML_FLOAT.match(plain):
+        if _YAML_FLOAT.match(plain) and _go_float(plain):
             return FLOAT
+        if _go_binary(plain):
+            return INT
     return STR
+
+
+def _go_float(text: str) -> bool:
+    """Whether Go's ``strconv.ParseFloat(text, 64)`` takes ``text`` (of float syntax): not beyond the largest
+    double, which it refuses (``ErrRange``) where Python rounds to infinity alike."""
+    return not math.isinf(float(text))
+
+
+def _go_binary(plain: str) -> bool:
+    """resolve.go's last try: ``0b`` then what ``ParseInt``/``ParseUint`` read in base 2 (a sign allowed), or
+    ``-0b`` then binary digits ``ParseInt`` reads negated; 64 bits either way."""
+    m = _BINARY.match(plain)
+    if m is None:
+        return False
+    negated, sign, digits = m.groups()
+    if negated and sign:  # "-0b-1": ParseInt("--1") fails
+        return False
+    value = int(digits, 2)
+    return value <= _INT64 if negated or sign == "-" else value < (_INT64 if sign else 2 * _INT64)
 
 
 def key_less(a: str, b: str) -> bool:

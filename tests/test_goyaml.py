@@ -31,6 +31,33 @@ def test_resolve_as_go_yaml(text: str, tag: str) -> None:
     assert goyaml.go_tag(text) == tag
 
 
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        # resolve.go: ParseFloat refuses what is beyond the largest double (ErrRange), not what underflows
+        *((w, goyaml.STR) for w in ("1e400", "-1e400", "1_0e400", ".5e400")),
+        *((w, goyaml.FLOAT) for w in ("1e-400", "1.7976931348623157e308")),
+        # ParseInt/ParseUint take 64 bits only: a decimal past them is a float, up to the largest double
+        ("18446744073709551616", goyaml.FLOAT),
+        ("1" + "0" * 300, goyaml.FLOAT),
+        ("1" + "0" * 5000, goyaml.STR),  # (past what Python's int() reads, too)
+        ("0" * 5000 + "1", goyaml.INT),  # octal, leading zeros
+        # the 0b / -0b branch: ParseInt/ParseUint of what follows, in base 2 (a sign allowed after 0b), 64 bits
+        ("0b" + "1" * 64, goyaml.INT),
+        ("0b1" + "0" * 64, goyaml.STR),
+        ("-0b1" + "0" * 63, goyaml.INT),
+        ("-0b1" + "0" * 62 + "1", goyaml.STR),
+        ("0b-101", goyaml.INT),
+        ("0b+101", goyaml.INT),
+        ("0b+1" + "0" * 63, goyaml.STR),
+        ("-0b+1", goyaml.STR),
+        ("-0b-1", goyaml.STR),
+    ],
+)
+def test_resolve_at_go_yamls_limits(text: str, tag: str) -> None:
+    assert goyaml.go_tag(text) == tag
+
+
 def test_strings_that_would_read_as_something_else_are_double_quoted() -> None:
     out = goyaml.dump(
         {"a": "yes", "b": "y", "c": "2024-01-01T00:00:00Z", "d": "", "e": "8080", "f": "1:20", "g": "v1.2"}
