@@ -316,6 +316,7 @@ def test_shortcuts_write_into_the_patch_and_leave_the_documents_values_alone() -
 def test_a_manifest_with_a_pull_secret_path_of_any_kind_is_one_mirrors_touch() -> None:
     # Built once for every registry setting, it would never get the pull secrets a document names.
     chosen = stack.load(Cloud.EKS, Accelerator.NVIDIA)
+    assert chosen is not None
     untouched = next(c for c in chosen.components if c.key in _untouched_by_mirrors(chosen))
     for kind in ("ref_list", "name_list", "name", "ref"):
         with_path = dataclasses.replace(untouched, **{f"pull_secret_{kind}_paths": ("spec.pullSecrets",)})
