@@ -319,7 +319,8 @@ def test_a_manifest_with_a_pull_secret_path_of_any_kind_is_one_mirrors_touch() -
     assert chosen is not None
     untouched = next(c for c in chosen.components if c.key in _untouched_by_mirrors(chosen))
     for kind in ("ref_list", "name_list", "name", "ref"):
-        with_path = dataclasses.replace(untouched, **{f"pull_secret_{kind}_paths": ("spec.pullSecrets",)})
+        path: dict[str, Any] = {f"pull_secret_{kind}_paths": ("spec.pullSecrets",)}
+        with_path = dataclasses.replace(untouched, **path)
         components = tuple(with_path if c is untouched else c for c in chosen.components)
         assert untouched.key not in _untouched_by_mirrors(dataclasses.replace(chosen, components=components)), kind
 
