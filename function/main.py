@@ -348,8 +348,7 @@ def images(
             offline = explaining.found_offline(req, xr, lambda selector: fetch_resources(selector, supplied))
             found += pulls.pulls(select_stack(xr), offline)
         except InputError as err:
-            meta = raw.get("metadata")
-            fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
+            fail(f"{_named(raw)}: {err}")
     if charts is not None:
         found = [p for p in found if p.kind != pulls.IMAGE]
     try:
@@ -368,8 +367,13 @@ def _installed(
     try:
         return manifests.from_files(raw, charts, required=supplied, input=given)
     except (RenderError, InputError, manifests.HelmError) as err:
-        meta = raw.get("metadata")
-        fail(f"{meta.get('name', '?') if isinstance(meta, dict) else '?'}: {err}")
+        fail(f"{_named(raw)}: {err}")
+
+
+def _named(raw: dict[str, Any]) -> str:
+    """A ServingStack file's name, for a message about it; ``?`` where it has none."""
+    meta = raw.get("metadata")
+    return str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
 
 
 @cli.command(name="manifests")
