@@ -57,15 +57,14 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
                     break
                 copied.update(id(i) for i in items)
                 node = found
-                continue
-            child = node.get(part)
-            if not isinstance(child, dict):
-                break  # what is written below here is created fresh
-            if id(child) not in copied:
-                child = dict(child)
-                node[part] = child
-                copied.add(id(child))
-            node = child
+            else:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    break  # what is written below here is created fresh
+                if id(child) not in copied:
+                    child = node[part] = dict(child)
+                    copied.add(id(child))
+                node = child
     return root
 
 
