@@ -56,40 +56,26 @@ def chart_block(chart: ChartRef) -> dict[str, Any]:
     }
 
 
-def _release_body(component: Component) -> dict[str, Any]:
-    assert component.chart is not None
-    return {
-        "apiVersion": HELM_API,
-        "kind": "Release",
-        "metadata": {
-            # Stable, short Helm release name that cannot collide with a
-            # release the cluster already runs (and matches today's releases).
-            "annotations": {EXTERNAL_NAME: component.release_name},
-            **_labels(component.key),
-        },
-        "spec": {
-            "providerConfigRef": {"kind": "ProviderConfig", "name": ""},
-            "forProvider": {
-                "chart": chart_block(component.chart),
-                "namespace": component.namespace,
-                "values": component.values,
-            },
-        },
-    }
-
-
-def _object_body(component: Component) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "providerConfigRef": {"kind": "ProviderConfig", "name": ""},
-        "forProvider": {"manifest": component.manifest},
-    }
-    if component.readiness:
-        spec["readiness"] = dict(component.readiness)
-    return {"apiVersion": KUBERNETES_API, "kind": "Object", "metadata": _labels(component.key), "spec": spec}
-
-
 def component_body(component: Component) -> dict[str, Any]:
-    return _release_body(component) if component.is_release else _object_body(component)
+    """The resource installing ``component``: a Release of its chart or an Object of its manifest."""
+    api, kind = api_kind(component)
+    metadata = _labels(component.key)
+    spec: dict[str, Any] = {"providerConfigRef": {"kind": "ProviderConfig", "name": ""}}
+    if component.is_release:
+        assert component.chart is not None
+        # Stable, short Helm release name that cannot collide with a
+        # release the cluster already runs (and matches today's releases).
+        metadata = {"annotations": {EXTERNAL_NAME: component.release_name}, **metadata}
+        spec["forProvider"] = {
+            "chart": chart_block(component.chart),
+            "namespace": component.namespace,
+            "values": component.values,
+        }
+    else:
+        spec["forProvider"] = {"manifest": component.manifest}
+        if component.readiness:
+            spec["readiness"] = dict(component.readiness)
+    return {"apiVersion": api, "kind": kind, "metadata": metadata, "spec": spec}
 
 
 def api_kind(component: Component) -> tuple[str, str]:

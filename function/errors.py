@@ -49,10 +49,9 @@ def describe(err: ValidationError, obj: str, prefix: str = "") -> str:
     errors = err.errors(include_url=False)
     for e in errors[:MAX_PROBLEMS]:
         where = excerpt(field_path(tuple(e["loc"]), prefix) or "(document)")
-        message = excerpt(e["msg"].removeprefix("Value error, "), 2 * EXCERPT_CHARS)
-        if e["type"] in _UNKNOWN_FIELD:
-            message = "unknown field"
-        got = "" if e["type"] == "missing" or e["type"] in _UNKNOWN_FIELD else f" (got {excerpt(repr(e['input']))})"
+        unknown = e["type"] in _UNKNOWN_FIELD
+        message = "unknown field" if unknown else excerpt(e["msg"].removeprefix("Value error, "), 2 * EXCERPT_CHARS)
+        got = "" if unknown or e["type"] == "missing" else f" (got {excerpt(repr(e['input']))})"
         problems.append(f"{where}: {message}{got}")
     if len(errors) > MAX_PROBLEMS:
         problems.append(f"and {len(errors) - MAX_PROBLEMS} more problems")

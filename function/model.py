@@ -82,13 +82,11 @@ class Listener(StrictModel):
     hostname: str | None = None
 
 
-def _default_listeners() -> list[Listener]:
-    return [Listener(name="http", protocol="HTTP", port=80)]
-
-
 class GatewaySpec(StrictModel):
     className: str = Field(default="envoy", min_length=1)  # noqa: N815 - Kubernetes field name
-    listeners: list[Listener] = Field(default_factory=_default_listeners, min_length=1)
+    listeners: list[Listener] = Field(
+        default_factory=lambda: [Listener(name="http", protocol="HTTP", port=80)], min_length=1
+    )
 
 
 class LegacyVersions(StrictModel):

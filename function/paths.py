@@ -87,9 +87,9 @@ def opened(data: dict[str, Any], parents: list[str] | tuple[str, ...]) -> dict[s
                 found = {field: value}
                 items.append(found)
             node = found
-            continue
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = node[part] = {}
-        node = child
+        else:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
     return node

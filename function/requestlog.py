@@ -88,7 +88,9 @@ def summarize(
 def record(log: Any, req: fnv1.RunFunctionRequest, summary: Summary, seconds: float) -> None:
     """Log one request: its Fatals at info, the summary line at debug (built only where debug is logged)."""
     log = log.bind()  # get_logger's lazy proxy would assemble a logger again for every line
-    debug = _logs_debug(log)
+    # A filtering logger (the served function's, at info) says whether it logs debug; others log all.
+    enabled = getattr(log, "is_enabled_for", None)
+    debug = enabled is None or bool(enabled(logging.DEBUG))
     if not summary.fatals and not debug:
         return
     name = logged_xr(req)
@@ -104,9 +106,3 @@ def record(log: Any, req: fnv1.RunFunctionRequest, summary: Summary, seconds: fl
             resources=summary.resources,
             duration_ms=round(seconds * 1000, 2),
         )
-
-
-def _logs_debug(log: Any) -> bool:
-    """Whether ``log`` logs at debug: a filtering logger (the served function's, at info) says; others log all."""
-    enabled = getattr(log, "is_enabled_for", None)
-    return enabled is None or bool(enabled(logging.DEBUG))

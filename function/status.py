@@ -12,7 +12,7 @@ from function.encode import struct_bytes
 from function.overrides import Collected, Planned, memory
 from function.overrides.document import Fingerprint
 from function.overrides.planned import Added
-from function.stack import Component, Stack
+from function.stack import Stack
 
 
 def stack_status(
@@ -23,45 +23,35 @@ def stack_status(
     added: Sequence[Added] = (),
 ) -> dict[str, Any]:
     """``status.stack``; ``added``: the added components to remember (:func:`function.overrides.memory.kept`)."""
-    components = [{**_said(p.component), **_now(p, rendered)} for p in plan]
     return {
         # The memory an added component is kept from when no document adds it any more (overrides.memory).
         **({"added": memory.added_entries(added)} if added else {}),
-        **_stack_fields(stack),
-        "environmentConfigs": list(found.applied),
-        # The memory a document that goes missing is kept from (overrides.memory).
-        "documents": memory.entries(found),
-        "components": components,
-    }
-
-
-def _said(c: Component) -> dict[str, Any]:
-    """What ``status.stack.components`` says of a component whatever the documents did (but hold its version)."""
-    entry: dict[str, Any] = {"name": c.key, "kind": c.kind, "source": c.origin}
-    if c.chart is not None:
-        entry["chart"] = c.chart.name
-        entry["version"] = c.chart.version
-    return entry
-
-
-def _now(planned: Planned, rendered: Collection[str]) -> dict[str, Any]:
-    """The rest: what the documents and the observed state made of it."""
-    # rendered: gated (ProviderConfigs not observed yet) or deliberately not installed.
-    entry: dict[str, Any] = {"state": planned.state, "rendered": planned.component.key in rendered}
-    if planned.changed_by:
-        entry["overriddenBy"] = list(planned.changed_by)
-    return entry
-
-
-def _stack_fields(stack: Stack) -> dict[str, Any]:
-    """What ``status.stack`` says of the stack itself."""
-    return {
         "id": stack.id,
         "function": __version__,
         "generator": stack.provenance.generator,
         "aicr": stack.provenance.aicr.version,
         "aicrCommit": stack.provenance.aicr.commit,
+        "environmentConfigs": list(found.applied),
+        # The memory a document that goes missing is kept from (overrides.memory).
+        "documents": memory.entries(found),
+        "components": [_component(p, rendered) for p in plan],
     }
+
+
+def _component(planned: Planned, rendered: Collection[str]) -> dict[str, Any]:
+    """What ``status.stack.components`` says of one: the component, then what the documents and the observed
+    state made of it."""
+    c = planned.component
+    entry: dict[str, Any] = {"name": c.key, "kind": c.kind, "source": c.origin}
+    if c.chart is not None:
+        entry["chart"] = c.chart.name
+        entry["version"] = c.chart.version
+    entry["state"] = planned.state
+    # Not rendered: gated (ProviderConfigs not observed yet) or deliberately not installed.
+    entry["rendered"] = c.key in rendered
+    if planned.changed_by:
+        entry["overriddenBy"] = list(planned.changed_by)
+    return entry
 
 
 @dataclass(frozen=True)

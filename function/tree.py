@@ -57,15 +57,14 @@ def copy_maps(tree: dict[str, Any], maps: Iterable[Sequence[str]]) -> dict[str, 
                     break
                 copied.update(id(i) for i in items)
                 node = found
-                continue
-            child = node.get(part)
-            if not isinstance(child, dict):
-                break  # what is written below here is created fresh
-            if id(child) not in copied:
-                child = dict(child)
-                node[part] = child
-                copied.add(id(child))
-            node = child
+            else:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    break  # what is written below here is created fresh
+                if id(child) not in copied:
+                    child = node[part] = dict(child)
+                    copied.add(id(child))
+                node = child
     return root
 
 
@@ -76,59 +75,31 @@ def to_struct(tree: dict[str, Any]) -> struct_pb2.Struct:
     return out
 
 
-# Dispatch by exact type first (what trees hold), the general checks after.
 def _fill(target: struct_pb2.Struct, tree: dict[str, Any]) -> None:
     fields = target.fields
     for key, value in tree.items():
-        if type(value) is str:
-            fields[key].string_value = value
-        else:
-            _set(fields[key], value)
+        _set(fields[key], value)
 
 
 def _set(target: struct_pb2.Value, value: Any) -> None:
-    kind = type(value)
-    if kind is str:
+    if isinstance(value, str):
         target.string_value = value
-    elif kind is dict:
+    elif isinstance(value, dict):
         struct = target.struct_value
         struct.SetInParent()  # an empty map is a map, not an unset value
         _fill(struct, value)
-    elif kind is list:
-        _set_container(target, value)
-    elif kind is bool:
-        target.bool_value = value
-    elif kind is int or kind is float:
-        target.number_value = value
-    elif value is None:
-        target.null_value = struct_pb2.NULL_VALUE
-    else:
-        _set_other(target, value)
-
-
-def _set_container(target: struct_pb2.Value, value: dict[str, Any] | list[Any] | tuple[Any, ...]) -> None:
-    if isinstance(value, dict):
-        struct = target.struct_value
-        struct.SetInParent()
-        _fill(struct, value)
-    else:
+    elif isinstance(value, list | tuple):
         items = target.list_value
         items.SetInParent()
         add = items.values.add
         for item in value:
             _set(add(), item)
-
-
-def _set_other(target: struct_pb2.Value, value: Any) -> None:
-    """What :func:`_set` does for subclasses (a str enum, a dict subclass) and tuples."""
-    if isinstance(value, str):
-        target.string_value = value
-    elif isinstance(value, dict | list | tuple):
-        _set_container(target, value)
     elif isinstance(value, bool):  # before int: a bool is an int in Python
         target.bool_value = value
     elif isinstance(value, int | float):
         target.number_value = value
+    elif value is None:
+        target.null_value = struct_pb2.NULL_VALUE
     else:
         raise TypeError(f"not a JSON value: {type(value).__name__}")
 
@@ -157,13 +128,9 @@ def to_jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_jsonable(v) for v in value]
     if isinstance(value, dt.date):  # a datetime is a date too
-        return _rfc3339(value)
+        if isinstance(value, dt.datetime) and value.utcoffset() == dt.timedelta(0):
+            return value.replace(tzinfo=None).isoformat() + "Z"
+        return value.isoformat()
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     return value
-
-
-def _rfc3339(value: dt.date) -> str:
-    if isinstance(value, dt.datetime) and value.utcoffset() == dt.timedelta(0):
-        return value.replace(tzinfo=None).isoformat() + "Z"
-    return value.isoformat()

@@ -22,12 +22,9 @@ def xr_name(raw: dict[str, Any]) -> str:
     """``ServingStack <namespace>/<name>`` for messages, whatever the metadata holds."""
     meta = raw.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    # Whatever types they have: the name is for messages only, and the model
-    # reports a mistyped name or namespace itself.
-    name, namespace = meta.get("name", "?"), meta.get("namespace", "")
-    return _named(
-        name if isinstance(name, str) else repr(name), namespace if isinstance(namespace, str) else repr(namespace)
-    )
+    # Whatever types they have (an excerpt shows a non-string as its repr): the name is for messages only,
+    # and the model reports a mistyped name or namespace itself.
+    return _named(meta.get("name", "?"), meta.get("namespace", ""))
 
 
 def name_of(xr: ServingStack) -> str:
@@ -35,7 +32,7 @@ def name_of(xr: ServingStack) -> str:
     return _named(xr.metadata.name, xr.metadata.namespace)
 
 
-def _named(name: str, namespace: str) -> str:
+def _named(name: Any, namespace: Any) -> str:
     name, namespace = excerpt(name), excerpt(namespace)
     return f"ServingStack {namespace + '/' if namespace else ''}{name}"
 
