@@ -1,8 +1,9 @@
 """Plain JSON-like trees (dicts, lists, strings, numbers, booleans, None): copied and converted.
 
-``copy_tree`` and ``to_struct`` run on the cold path (a plan computed for new documents) over every
-value of a stack: ``copy.deepcopy`` and ``json_format.ParseDict`` are general
-and several times slower on these trees.
+``copy_tree`` runs on the cold path (a plan computed for new documents) over every value of a
+stack, where ``copy.deepcopy`` is general and several times slower. ``to_struct`` builds the
+requests of ``function render`` and is what the encoder's bytes are tested against
+(function.encode), apart from it.
 """
 
 from __future__ import annotations
