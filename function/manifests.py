@@ -181,8 +181,7 @@ def as_yaml(found: Manifests) -> str:
     for obj in found.objects:
         scope = "" if obj.scope_known else " (scope unknown: namespace as written)"
         parts.append(f"# {obj.key}: {obj.source}{scope}\n{dump_yaml([obj.object])}")
-    parts += [f"# not installed: {line}\n" for line in found.not_installed]
-    return "".join(parts)
+    return "".join(parts + [f"# not installed: {line}\n" for line in found.not_installed])
 
 
 def images(obj: Mapping[str, Any]) -> Iterator[str]:

@@ -9,7 +9,7 @@ results and the context when asked for.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
@@ -124,7 +124,7 @@ def _render_composed(result: RenderResult, name: str, resource: fnv1.Resource) -
 
     meta["annotations"] = {**(meta.get("annotations") or {}), ANNOTATION_COMPOSITION_RESOURCE_NAME: name}
     labels = {**(meta.get("labels") or {}), LABEL_COMPOSITE: prefix}
-    claim_ref = (xr.get("spec") or {}).get("claimRef") if isinstance(xr.get("spec"), Mapping) else None
+    claim_ref = xr["spec"].get("claimRef") if isinstance(xr.get("spec"), Mapping) else None
     if xr_labels.get(LABEL_CLAIM_NAME) and xr_labels.get(LABEL_CLAIM_NAMESPACE):
         labels[LABEL_CLAIM_NAMESPACE] = xr_labels[LABEL_CLAIM_NAMESPACE]
         labels[LABEL_CLAIM_NAME] = xr_labels[LABEL_CLAIM_NAME]
@@ -175,25 +175,23 @@ def render_documents(
     3. with ``include_results`` (``-r``) one ``Result`` per non-fatal result;
     4. with ``include_context`` (``-c``) the final ``Context``.
     """
-    docs: list[dict[str, Any]] = [_render_xr(result, include_full_xr=include_full_xr)]
-    for name in sorted(result.desired.resources):
-        docs.append(_render_composed(result, name, result.desired.resources[name]))
+    resources = result.desired.resources
+    docs = [_render_xr(result, include_full_xr=include_full_xr)]
+    docs += [_render_composed(result, name, resources[name]) for name in sorted(resources)]
     if include_results:
-        for step, r in zip(result.result_steps, result.results, strict=True):
-            severity = fnv1.Severity.Name(r.severity)
-            docs.append(
-                {
-                    "apiVersion": RENDER_API_VERSION,
-                    "kind": "Result",
-                    "step": step,
-                    "severity": severity,
-                    "message": r.message,
-                }
-            )
+        docs += [
+            {
+                "apiVersion": RENDER_API_VERSION,
+                "kind": "Result",
+                "step": step,
+                "severity": fnv1.Severity.Name(r.severity),
+                "message": r.message,
+            }
+            for step, r in zip(result.result_steps, result.results, strict=True)
+        ]
     if include_context and result.has_context:
         docs.append({"apiVersion": RENDER_API_VERSION, "kind": "Context", "fields": result.context})
-    out: list[dict[str, Any]] = whole_numbers(docs)
-    return out
+    return cast(list[dict[str, Any]], whole_numbers(docs))
 
 
 def dump_yaml(docs: Sequence[Mapping[str, Any]]) -> str:

@@ -105,13 +105,14 @@ def _strings(node: Any, path: str, key: str = "") -> Iterator[tuple[str, str, st
 
     What a Fatal lists: walked only for a body holding a refused reference.
     """
-    for k, value in node.items() if isinstance(node, dict) else enumerate(node):
-        near = str(k) if isinstance(node, dict) else key
+    is_map = isinstance(node, dict)
+    for k, value in node.items() if is_map else enumerate(node):
+        near, at = (str(k), f"{path}.{k}" if path else str(k)) if is_map else (key, f"{path}[{k}]")
         if isinstance(value, str):
             if _may_hold_a_host(value):
-                yield _child(path, node, k), near, value
+                yield at, near, value
         elif isinstance(value, (dict, list)):  # numbers, booleans and null hold no reference
-            yield from _strings(value, _child(path, node, k), near)
+            yield from _strings(value, at, near)
 
 
 # One token of a string that could be a registry reference, whatever the
@@ -239,12 +240,6 @@ def _may_hold_a_host(text: str) -> bool:
     return "." in text or ":" in text or (("h" in text or "H" in text) and "localhost" in text.lower())
 
 
-def _child(path: str, node: dict[str, Any] | list[Any], k: Any) -> str:
-    if isinstance(node, dict):
-        return f"{path}.{k}" if path else str(k)
-    return f"{path}[{k}]"
-
-
 def _tokens(key: str, text: str) -> tuple[Held, ...]:
     lowered = key.lower()  # under an image-ish key (a key holding one of these) wherever it sits
     imageish = "image" in lowered or "repository" in lowered or "registry" in lowered
@@ -312,13 +307,13 @@ class _Candidates:
     by_host: dict[str, dict[str, str]]  # the others, by host: they count where a host list names it
 
     def refused(self, hosts: frozenset[str], allowed: _Allowed) -> bool:
-        check, pick = (allowed.host, dict.values) if allowed.by_host else (allowed, dict.keys)
+        pick = dict.values if allowed.by_host else dict.keys  # ``allowed.host`` asks a first segment or a token
         for token in pick(self.anywhere):
-            if not check(token):
+            if not allowed.host(token):
                 return True
         for host in self.by_host.keys() & hosts:  # a CRD's strings name dozens of API groups
             for token in pick(self.by_host[host]):
-                if not check(token):
+                if not allowed.host(token):
                     return True
         return False
 
@@ -333,10 +328,8 @@ def _candidates(held: Sequence[Held]) -> tuple[_Candidates, int]:
         chars += len(token)
         if shaped:
             anywhere[token] = written
-        elif host in by_host:
-            by_host[host][token] = written
         else:
-            by_host[host] = {token: written}
+            by_host.setdefault(host, {})[token] = written
     return _Candidates(anywhere, by_host), 256 * (len(by_host) + 2) + 192 * len(held) + 2 * chars
 
 
@@ -359,14 +352,9 @@ def _refused(found: Found, hosts: frozenset[str], allowed: _Allowed) -> bool:
     """Whether a policy refuses a reference of a body: one counting anywhere, or on one of ``hosts``."""
     if not isinstance(found, tuple):
         return found.refused(hosts, allowed)
-    if allowed.by_host:
-        by_host = allowed.host
-        for _token, host, shaped, written in found:  # noqa: SIM110 - a loop: any() would make a generator
-            if (shaped or host in hosts) and not by_host(written):
-                return True
-        return False
-    for token, host, shaped, _written in found:  # noqa: SIM110
-        if (shaped or host in hosts) and not allowed(token):
+    by_host = allowed.by_host
+    for token, host, shaped, written in found:  # a loop: any() would make a generator
+        if (shaped or host in hosts) and not allowed.host(written if by_host else token):
             return True
     return False
 
@@ -545,10 +533,9 @@ def enforce(
             out[f"{owner} {at}: no value and no recorded default, so its registry is unknown"] = None
         elif ref and not allowed.image(ref, prefix):
             refuse(owner, at, ref)
-    sources = {_host(r.to) for _kind, r in mirrors.written_rules} | {
-        _host(r.source) for _kind, r in mirrors.written_rules if r.source != CATCH_ALL
-    }
-    hosts = stack_hosts(stack) | frozenset(sources) | _added_hosts(stack, components)
+    rules = [rule for _kind, rule in mirrors.written_rules]
+    sources = {_host(r.to) for r in rules} | {_host(r.source) for r in rules if r.source != CATCH_ALL}
+    hosts = stack_hosts(stack) | sources | _added_hosts(stack, components)
     generated, memo, seen = _read_generated(stack), Memo(), Seen()
     for component in components:
         repository = _repository(component)
