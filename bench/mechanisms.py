@@ -17,8 +17,8 @@ so load hits both alike:
 
 A cache is off when it finds nothing and keeps nothing (its ``get`` and
 ``put`` replaced on the instance for the duration); the lasting encodings are
-off when the encoder knows no part as lasting and encodes every map. Every
-mechanism starts from
+off when the encoder knows no part as lasting and encodes every map; the
+collector settings are off at CPython's defaults. Every mechanism starts from
 empty caches, warmed alike. Then what each cache holds once the run is over:
 its share of the one memory budget. Prints figures, asserts nothing.
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ from crossplane.function import logging
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from bench.benchmark import BANK, _docs, _final_request, _with_last_status, _xr, changed_document
-from function import cache, encode
+from function import cache, encode, server
 from function.fn import FunctionRunner
 
 _PAYS = 1.10  # the guide's rule: an optimisation stays where it moves a figure by 10% or more
@@ -83,6 +84,20 @@ def _key_orders_off() -> Iterator[None]:
         encode._KEPT_KEYS = kept
 
 
+@contextmanager
+def _collector_defaults() -> Iterator[None]:
+    """CPython's collector as it starts: nothing frozen, young objects collected at 700. (Back on, what was
+    frozen is frozen again, without the collection ``settle_heap`` starts with: it would run between calls.)"""
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    gc.set_threshold(700, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.set_threshold(*thresholds)
+
+
 def mechanisms() -> dict[str, _Switch]:
     """Every mechanism by name, with what switches it off."""
     switches: dict[str, _Switch] = {
@@ -90,6 +105,7 @@ def mechanisms() -> dict[str, _Switch]:
     }
     switches["lasting encodings (encode.Lasting)"] = _lasting_off
     switches["key orders and heads (encode)"] = _key_orders_off
+    switches["collector settings (server.settle_heap)"] = _collector_defaults
     return switches
 
 
@@ -129,6 +145,7 @@ def run(n: int) -> None:
     logging.configure(logging.Level.DISABLED)
     first, steady = asyncio.run(_requests())
     runner = FunctionRunner()
+    server.settle_heap()
     serial = 0
 
     def case(name: str) -> fnv1.RunFunctionRequest:

@@ -30,9 +30,10 @@ from function.xr import parse_xr
 
 def _warm_up() -> None:
     """Before the first request arrives: load and convert every stack, read what planning and rendering read
-    of it whatever the documents."""
+    of it whatever the documents, then set the collector for serving."""
     for loaded in stack.every():
         overrides.prepare(loaded)
+    server.settle_heap()
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -8,6 +8,7 @@ size options, and ``--reuse-port`` for several processes behind one address.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 import time
@@ -18,6 +19,7 @@ import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function import server, stack
 from function.offline import run_pipeline
 from function.tree import to_struct
 from tests.support.crossplane import grpc_runner
@@ -175,3 +177,26 @@ def test_non_positive_message_sizes_fail_in_one_line() -> None:
         assert out.stderr.strip().splitlines() == [
             "function: --max-recv-message-size and --max-send-message-size are in MB and must be positive"
         ]
+
+
+def test_serving_starts_with_the_loaded_stacks_frozen_and_young_objects_collected_less_often(
+    invoke: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the collector is set to when the server starts: the stacks loaded before are never walked again."""
+    seen: dict[str, Any] = {}
+
+    def record(_runner: Any, listen: server.Listen) -> None:
+        seen.update(threshold=gc.get_threshold(), frozen=gc.get_freeze_count(), address=listen.address)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(server, "serve", record)
+    try:
+        result = invoke("--insecure", "--address", "127.0.0.1:0")
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+    assert result.exit_code == 0, result.output
+    assert seen["address"] == "127.0.0.1:0"
+    assert seen["threshold"] == (server.GC_YOUNG_THRESHOLD, *before[1:])
+    # Every generated stack's components are among the frozen objects.
+    assert seen["frozen"] > sum(len(s.components) for s in stack.every())
