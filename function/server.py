@@ -36,7 +36,9 @@ _MB = 1024 * 1024
 # ten thousand maps and lists, nearly all freed by reference counting; at
 # 700 the collector runs a dozen times for one such plan, promotes what is in
 # flight and so brings on passes over the whole heap, every cache included.
-# `./dev bench` (changed mirrors: p50 and p99) measures the difference.
+# Medians stay alike; the tail does not: without these settings a changed
+# document's p99 over gRPC was 1.5x, changed mirrors' 2x (`./dev bench
+# --floor-only`, two servers run each way; docs/design.md, What each memo buys).
 GC_YOUNG_THRESHOLD = 10_000
 SERVICES = ("apiextensions.fn.proto.v1.FunctionRunnerService", "apiextensions.fn.proto.v1beta1.FunctionRunnerService")
 
