@@ -9,7 +9,7 @@ a lasting part is put back once the response is encoded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -77,24 +77,31 @@ def _selector(label: str, key: str) -> dict[str, Any]:
     return {"matchControllerRef": True, "matchLabels": {label: label_value(key)}}
 
 
+def _usage_part(key: tuple[str, ...], make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The lasting part of a Usage kept under ``key``, made by ``make`` the first time."""
+    part = _USAGE_SPECS.get(key)
+    if part is None:
+        part = lasting(make())
+        _USAGE_SPECS.put(key, part, _PART_SIZE + size(part))
+    return part.node
+
+
 def _usage(used: Component, user: Component) -> dict[str, Any]:
     """The Usage holding ``used`` while ``user`` exists; nothing in it depends on the XR."""
-    key = (used.key, user.key, used.kind, user.kind)
-    spec = _USAGE_SPECS.get(key)
-    if spec is None:
+
+    def make() -> dict[str, Any]:
         of_api, of_kind = api_kind(used)
         by_api, by_kind = api_kind(user)
-        spec = lasting(
-            {
-                # Re-issue the blocked deletion once the user is gone, so teardown
-                # finishes without a second reconcile.
-                "replayDeletion": True,
-                "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
-                "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
-            }
-        )
-        _USAGE_SPECS.put(key, spec, _PART_SIZE + size(spec))
-    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec.node}
+        return {
+            # Re-issue the blocked deletion once the user is gone, so teardown
+            # finishes without a second reconcile.
+            "replayDeletion": True,
+            "of": {"apiVersion": of_api, "kind": of_kind, "resourceSelector": _selector(RESOURCE_LABEL, used.key)},
+            "by": {"apiVersion": by_api, "kind": by_kind, "resourceSelector": _selector(RESOURCE_LABEL, user.key)},
+        }
+
+    spec = _usage_part((used.key, user.key, used.kind, user.kind), make)
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": spec}
 
 
 def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, Any]) -> dict[str, Any]:
@@ -104,13 +111,11 @@ def _provider_config_usage(api: str, by_kind: str, consumer: str, of: dict[str, 
     # (crossplane internal/controller/protection/usage/selector.go,
     # resolveSelector), so one Usage with a shared selector protects one.
     # ``of``: this XR's ProviderConfig of ``api``, one object for all its Usages.
-    key = (api, by_kind, consumer)
-    by = _USAGE_SPECS.get(key)
-    if by is None:
-        selector = _selector(USAGE_CONSUMER_LABEL, consumer)
-        by = lasting({"apiVersion": api, "kind": by_kind, "resourceSelector": selector})
-        _USAGE_SPECS.put(key, by, _PART_SIZE + size(by))
-    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by.node}}
+    by = _usage_part(
+        (api, by_kind, consumer),
+        lambda: {"apiVersion": api, "kind": by_kind, "resourceSelector": _selector(USAGE_CONSUMER_LABEL, consumer)},
+    )
+    return {"apiVersion": USAGE_API, "kind": "Usage", "spec": {"replayDeletion": True, "of": of, "by": by}}
 
 
 def usage_key(of_key: str, by_key: str) -> str:

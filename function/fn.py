@@ -231,11 +231,15 @@ def _response_to(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         raise InputError(undecodable(req.SerializeToString(), err)) from None
 
 
+def _fresh(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    """A response carrying only the request's tag (and the SDK's TTL): nothing of the request's state."""
+    return response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag)))
+
+
 def _fatal(req: fnv1.RunFunctionRequest, message: str) -> fnv1.RunFunctionResponse:
-    # A fresh response carrying only the request's tag: nothing half-rendered
-    # reaches Crossplane, which stops the pipeline and keeps the last applied
-    # state on Fatal.
-    rsp = response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag)))
+    # Nothing half-rendered reaches Crossplane, which stops the pipeline and
+    # keeps the last applied state on Fatal.
+    rsp = _fresh(req)
     response.fatal(rsp, bounded(message))
     return rsp
 
@@ -262,16 +266,10 @@ def _meta_end(data: bytes) -> int:
     return start + length
 
 
-def _serialize(rsp: fnv1.RunFunctionResponse) -> bytes:
-    data: bytes = rsp.SerializeToString(deterministic=True)
-    return data
-
-
 def _meta(req: fnv1.RunFunctionRequest) -> bytes:
     """The meta field of the response to ``req`` (its tag, the SDK's TTL) alone, serialized: what a kept
     response is sent after."""
-    meta = response.to(fnv1.RunFunctionRequest(meta=fnv1.RequestMeta(tag=req.meta.tag))).meta
-    return _serialize(fnv1.RunFunctionResponse(meta=meta))
+    return serialize(fnv1.RunFunctionResponse(meta=_fresh(req).meta), {})
 
 
 def _too_large(resources: Mapping[str, bytes], size: int) -> str:
@@ -322,7 +320,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         data = serialize(rsp, resources)
         if len(data) > MAX_RESPONSE_BYTES:
             rsp, resources, stack_status, shared = _fatal(req, _too_large(resources, len(data))), {}, None, ()
-            data, again = _serialize(rsp), True
+            data, again = serialize(rsp, {}), True
         said = None if stack_status is None else stack_status.said
         return data, requestlog.summarize(rsp, len(resources), said), shared, again
 
@@ -332,7 +330,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if isinstance(req, Refused):  # the server's decoder refused it; see function.inputs
             rsp = _fatal(req.req, req.reason)
             requestlog.record(self.log, req.req, requestlog.summarize(rsp), time.perf_counter() - start)
-            return _serialize(rsp)
+            return serialize(rsp, {})
         serialized = req.SerializeToString(deterministic=True)
         key = hashlib.sha256(memoryview(serialized)[_meta_end(serialized) :]).digest()
         hit = self._responses.get(key)
