@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -54,3 +55,46 @@ def test_every_mechanism_is_timed_off_and_on_and_switched_back() -> None:
     for name in (*names, "cache: responses"):  # (the runner's memo goes with the runner)
         row = next(line for line in out.splitlines() if line.strip().startswith(name))
         assert row.count("x") >= 4, row  # off / on = ratio, for each of the four cases
+
+
+def test_the_fleet_runs_its_passes_without_errors_and_prints_the_targets() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/benchmark.py", "--fleet", "80", "--fleet-passes", "3", "--fleet-new-share", "0.1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    # A pass's row: its number, its label in parentheses, then calls, new clusters ... errors.
+    rows = {line[0]: line.split(")", 1)[1].split() for line in out.splitlines() if re.match(r"\d \(", line)}
+    assert sorted(rows) == ["1", "2", "3"], out
+    assert all(r[-1] == "0" for r in rows.values()), out  # the errors column
+    assert [r[:2] for r in rows.values()] == [["80", "80"], ["80", "8"], ["80", "8"]], out  # then the share replaced
+    assert "targets (issue 21, at 10000 XRs): <= 25% of one core" in out
+
+
+def test_the_transform_paths_are_timed_against_the_plain_one() -> None:
+    code = (
+        "import asyncio; from crossplane.function import logging; logging.configure(logging.Level.DISABLED); "
+        "from bench.benchmark import _transform_paths; asyncio.run(_transform_paths(3))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
+    ).stdout
+    for path in ("plain", "no-op transform", "fork (acme_fn)"):
+        assert any(line.strip().startswith(path) and "p50/plain" in line for line in out.splitlines()), out
+
+
+def test_the_soak_polls_a_fleet_of_distinct_servingstacks() -> None:
+    out = subprocess.run(
+        [sys.executable, "bench/soak.py", "--kinds", "distinct", "--distinct", "60", "--rounds", "2", "--callers", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["distinct"]]
+    assert [r[2] for r in rows] == ["1", "2"], out
+    assert all(r[6] == "0" for r in rows), out  # the errors column
