@@ -9,15 +9,24 @@ import sys
 from tests.support.repo import REPO
 
 
-def test_load_script_runs_every_kind_without_errors() -> None:
-    out = subprocess.run(
-        [sys.executable, "bench/soak.py", "--callers", "1", "4", "--rounds", "1", "--requests", "40"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
+def _stdout(*args: str) -> str:
+    """What ``python ARGS`` prints from the repository root; it must exit 0."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
     ).stdout
+
+
+def _bench(call: str) -> str:
+    """What ``call``, a coroutine of bench.benchmark, prints when run with logging off."""
+    code = (
+        "import asyncio; from crossplane.function import logging; logging.configure(logging.Level.DISABLED); "
+        f"from bench import benchmark; asyncio.run(benchmark.{call})"
+    )
+    return _stdout("-c", code)
+
+
+def test_load_script_runs_every_kind_without_errors() -> None:
+    out = _stdout("bench/soak.py", "--callers", "1", "4", "--rounds", "1", "--requests", "40")
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["warm"], ["new-xr"], ["cold"])]
     assert {(r[0], r[1]) for r in rows} == {(k, c) for k in ("warm", "new-xr", "cold") for c in ("1", "4")}
     assert all(r[6] == "0" for r in rows), out  # the errors column
@@ -25,13 +34,7 @@ def test_load_script_runs_every_kind_without_errors() -> None:
 
 
 def test_floor_comparison_runs() -> None:
-    code = (
-        "import asyncio; from crossplane.function import logging; logging.configure(logging.Level.DISABLED); "
-        "from bench.benchmark import _against_the_floor; asyncio.run(_against_the_floor(5, restarts=2))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
-    ).stdout
+    out = _bench("_against_the_floor(5, restarts=2)")
     assert "ours/floor (steady state, response memo hit):" in out
     assert "memo-miss render (new cluster) / floor:" in out
     assert "cold path (plan miss) / cached render:" in out
@@ -47,9 +50,7 @@ def test_every_mechanism_is_timed_off_and_on_and_switched_back() -> None:
         "assert encode._lasting_part.__module__ == 'function.encode' and encode._KEPT_KEYS > 0, 'encode left off'; "
         "print('names:', '|'.join(mechanisms.mechanisms()))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
-    ).stdout
+    out = _stdout("-c", code)
     names = next(line for line in out.splitlines() if line.startswith("names: "))[len("names: ") :].split("|")
     assert {"cache: plans", "lasting encodings (encode.Lasting)"} <= set(names)
     for name in (*names, "cache: responses"):  # (the runner's memo goes with the runner)
@@ -58,14 +59,7 @@ def test_every_mechanism_is_timed_off_and_on_and_switched_back() -> None:
 
 
 def test_the_fleet_runs_its_passes_without_errors_and_prints_the_targets() -> None:
-    out = subprocess.run(
-        [sys.executable, "bench/benchmark.py", "--fleet", "80", "--fleet-passes", "3", "--fleet-new-share", "0.1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
+    out = _stdout("bench/benchmark.py", "--fleet", "80", "--fleet-passes", "3", "--fleet-new-share", "0.1")
     # A pass's row: its number, its label in parentheses, then calls, new clusters ... errors.
     rows = {line[0]: line.split(")", 1)[1].split() for line in out.splitlines() if re.match(r"\d \(", line)}
     assert sorted(rows) == ["1", "2", "3"], out
@@ -75,26 +69,13 @@ def test_the_fleet_runs_its_passes_without_errors_and_prints_the_targets() -> No
 
 
 def test_the_transform_paths_are_timed_against_the_plain_one() -> None:
-    code = (
-        "import asyncio; from crossplane.function import logging; logging.configure(logging.Level.DISABLED); "
-        "from bench.benchmark import _transform_paths; asyncio.run(_transform_paths(3))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
-    ).stdout
+    out = _bench("_transform_paths(3)")
     for path in ("plain", "no-op transform", "fork (acme_fn)"):
         assert any(line.strip().startswith(path) and "p50/plain" in line for line in out.splitlines()), out
 
 
 def test_the_soak_polls_a_fleet_of_distinct_servingstacks() -> None:
-    out = subprocess.run(
-        [sys.executable, "bench/soak.py", "--kinds", "distinct", "--distinct", "60", "--rounds", "2", "--callers", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    ).stdout
+    out = _stdout("bench/soak.py", "--kinds", "distinct", "--distinct", "60", "--rounds", "2", "--callers", "1")
     rows = [line.split() for line in out.splitlines() if line.split()[:1] == ["distinct"]]
     assert [r[2] for r in rows] == ["1", "2"], out
     assert all(r[6] == "0" for r in rows), out  # the errors column
